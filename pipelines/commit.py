@@ -1,0 +1,139 @@
+"""DESIGN §2 step 5: write a pass's results in ONE read-store transaction.
+
+View tables, watermarks, pending buffers, error and gap rows and the ledger rows of every entry
+in the pass commit together or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from pipelines.project import PassPlan
+from pipelines.store import OUTCOME_COLUMNS, Store
+from pipelines.view import Table, View
+
+_DECIDED = OUTCOME_COLUMNS
+
+
+def _struct_type(table: Table) -> str:
+    return json.dumps({c: t for c, t in table.columns.items()})
+
+
+def _write_view_tables(store: Store, view: View) -> None:
+    con = store.con
+    for table in view.tables:
+        struct = _struct_type(table)
+        cols = ", ".join(f'"{c}"' for c in table.columns)
+        rows_sql = (f"SELECT r.* FROM (SELECT unnest(from_json(data, '[{struct}]')) AS r FROM pass_out "
+                    f"WHERE kind = ? AND view = ? AND name = ?)")
+        if table.kind == "keyed":
+            con.execute(f'DELETE FROM "{table.name}" WHERE "{table.stream_key}" IN '
+                        "(SELECT stream_id FROM pass_out WHERE kind = 'watermark' AND view = ?)", [view.name])
+        if table.kind in ("keyed", "append"):
+            con.execute(f'INSERT INTO "{table.name}" ({cols}) {rows_sql}', ["rows", view.name, table.name])
+            continue
+        keys = ", ".join(f'"{c}"' for c in table.primary_key)
+        values = ", ".join(f'"{c}"' for c in table.value_columns)
+        sums = ", ".join(f'coalesce(sum("{c}"), 0) AS "{c}"' for c in table.value_columns)
+        updates = ", ".join(f'"{c}" = "{table.name}"."{c}" + excluded."{c}"' for c in table.value_columns)
+        con.execute(f'INSERT INTO "{table.name}" ({keys}, {values}) '
+                    f"SELECT {keys}, {sums} FROM ({rows_sql}) GROUP BY ALL "
+                    f"ON CONFLICT ({keys}) DO UPDATE SET {updates}", ["aggregate", view.name, table.name])
+
+
+def _ledger_rows(store: Store, plan: PassPlan, out: pa.Table, subscribed_types: set[str]) -> list[list]:
+    con = store.con
+    counts: dict[tuple[str, int, str], int] = {}
+    for view, entry_idx, name, n in con.execute(
+            "SELECT view, entry_idx, name, sum(n) FROM pass_out WHERE kind = 'count' GROUP BY ALL").fetchall():
+        counts[(view, entry_idx, name)] = int(n)
+    info = {r[0]: r[1:] for r in con.execute(
+        "SELECT entry_idx, received_at, records, malformed, normalised FROM inorder.ingest_log "
+        "WHERE entry_idx IN (SELECT DISTINCT entry_idx FROM pass_todo)").fetchall()}
+    unrouted = {r[0]: r[1] for r in con.execute(
+        "SELECT entry_idx, count(*) FROM pass_messages WHERE NOT list_contains(?, stream_type) GROUP BY ALL",
+        [sorted(subscribed_types)]).fetchall()} if _has_messages(store) else {}
+    pending_before = dict(con.execute("SELECT view, count(*) FROM inorder.pending GROUP BY ALL").fetchall())
+    now = datetime.now(timezone.utc)
+    rows = []
+    for view, entries in plan.by_view.items():
+        pending = pending_before.get(view, 0)
+        for entry in entries:
+            c = {name: counts.get((view, entry.entry_idx, name), 0)
+                 for name in ("selected", *_DECIDED, "gaps_skipped")}
+            pending += c["selected"] - sum(c[name] for name in _DECIDED)
+            received_at, records, malformed, normalised = info[entry.entry_idx]
+            rows.append([entry.batch_id, view, entry.entry_idx, entry.kind, received_at, records, malformed,
+                         normalised, c["selected"], unrouted.get(entry.entry_idx, 0),
+                         *(c[name] for name in _DECIDED), pending, c["gaps_skipped"], now])
+    return rows
+
+
+def _has_messages(store: Store) -> bool:
+    return bool(store.con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pass_messages' AND temporary").fetchone()[0])
+
+
+def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table, files: list[str],
+                subscribed_types: set[str]) -> None:
+    """Write the pass output and its ledger rows atomically."""
+    con = store.con
+    con.register("pass_out", out)
+    if files:
+        con.execute("CREATE OR REPLACE TEMP TABLE pass_messages AS "
+                    "SELECT entry_idx, stream_type FROM read_parquet(?)", [files])
+    else:
+        con.execute("DROP TABLE IF EXISTS pass_messages")
+    ledger = _ledger_rows(store, plan, out, subscribed_types)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("""
+            DELETE FROM inorder.watermarks w USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
+            WHERE w.view = t.view AND w.stream_id = t.stream_id""")
+        con.execute("""
+            INSERT INTO inorder.watermarks
+            SELECT view, stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT, (data->>'blocked_at')::BIGINT,
+                   make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ, (data->>'parked')::BOOLEAN,
+                   (data->>'pending_count')::BIGINT, entry_idx
+            FROM pass_out WHERE kind = 'watermark'""")
+        con.execute("""
+            DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
+            WHERE p.view = t.view AND p.stream_id = t.stream_id""")
+        con.execute("""
+            INSERT INTO inorder.pending
+            SELECT view, stream_id, (data->>'seq')::BIGINT, data->>'stream_type', data->>'event_type',
+                   data->>'payload', data->>'occurred_at', data->>'event_id', data->>'batch_id',
+                   (data->>'line')::BIGINT, (data->>'entry_idx')::BIGINT
+            FROM pass_out WHERE kind = 'pending'""")
+        con.execute("""
+            INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
+                                        batch_id, line, reason, exception_type, message, traceback, logged_at,
+                                        entry_idx)
+            SELECT view, stream_id, (data->>'seq')::BIGINT, name, data->>'event_type', data->>'payload',
+                   data->>'occurred_at', data->>'event_id', data->>'batch_id', (data->>'line')::BIGINT,
+                   data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
+                   make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
+            FROM pass_out WHERE kind = 'error'
+            ORDER BY entry_idx, view, stream_id, (data->>'seq')::BIGINT, (data->>'line')::BIGINT""")
+        con.execute("""
+            INSERT INTO inorder.gaps
+            SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
+                   (data->>'waited_us')::BIGINT / 1e6, name, data->>'batch_id',
+                   make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
+            FROM pass_out WHERE kind = 'gap'
+            ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
+        for view in views:
+            if view.name in plan.by_view:
+                _write_view_tables(store, view)
+        con.executemany(
+            "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.unregister("pass_out")
+

@@ -1,0 +1,319 @@
+"""DESIGN §2 step 1: read a landing file and normalise its records.
+
+Every record either becomes a normalised message or a `malformed` row with its line and reason;
+a file that cannot be read at all is rejected whole with a reason. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RAW_LIMIT = 4096
+MAX_SEQ = (1 << 63) - 1
+SUPPORTED_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+MESSAGE_SCHEMA = pa.schema([
+    ("entry_idx", pa.int64()), ("batch_id", pa.string()), ("line", pa.int64()),
+    ("stream_id", pa.string()), ("stream_type", pa.string()), ("seq", pa.int64()),
+    ("event_type", pa.string()), ("payload", pa.string()), ("occurred_at", pa.string()),
+    ("event_id", pa.string()),
+])
+
+
+class Malformed(ValueError):
+    """A record that cannot be normalised; the message is its reason."""
+
+
+class RejectedFile(ValueError):
+    """A file that cannot be read at all; the message is its reason."""
+
+
+def _reject_constant(token: str) -> Any:
+    raise Malformed(f"invalid JSON: {token} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise Malformed(f"invalid JSON: number {text[:40]} is out of range")
+    return value
+
+
+def decode_json(text: str) -> Any:
+    """JSON for handlers: numbers with a fraction become exact Decimals (money must not drift)."""
+    return json.loads(text, parse_float=Decimal)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class SourceMapping:
+    """How raw records map onto messages: configuration, not code.
+
+    Field references are dotted paths into the record (``"meta.stream.id"``); ``stream_id`` may list
+    several paths whose values are joined with ``stream_id_separator``. The stream type is read
+    from ``stream_type`` when the record has it, else it is the source's ``name``.
+    """
+
+    name: str = "account"
+    stream_id: str | Sequence[str] = "stream_id"
+    stream_id_separator: str = ":"
+    seq: str = "seq"
+    event_type: str = "type"
+    payload: str = "payload"
+    occurred_at: str = "occurred_at"
+    event_id: str = "event_id"
+    stream_type: str = "stream_type"
+    first_seq: int = 1
+    max_record_bytes: int = 1 << 20
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SourceMapping":
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown source mapping keys: {sorted(unknown)}")
+        values = dict(data)
+        if isinstance(values.get("stream_id"), list):
+            values["stream_id"] = tuple(values["stream_id"])
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path: Path) -> "SourceMapping":
+        return cls.from_dict(json.loads(path.read_text())) if path.exists() else cls()
+
+
+_ABSENT = object()
+
+
+def _get(record: Mapping[str, Any], path: str) -> Any:
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _text_or_int(value: Any, what: str, required: bool) -> str | None:
+    if value is _ABSENT or value is None:
+        if required:
+            raise Malformed(f"{what} is missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise Malformed(f"{what} must be a string, got {type(value).__name__}")
+    text = str(value)
+    if required and not text:
+        raise Malformed(f"{what} is empty")
+    return text
+
+
+def _seq(value: Any, first_seq: int) -> int:
+    if value is _ABSENT or value is None:
+        raise Malformed("seq is missing")
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Malformed(f"seq must be an integer, got {str(value)[:40]!r}")
+    if value < first_seq:
+        raise Malformed(f"seq {value} is below first_seq {first_seq}")
+    if value > MAX_SEQ:
+        raise Malformed("seq is out of range")
+    return value
+
+
+def normalise(record: Any, mapping: SourceMapping) -> tuple:
+    """(stream_id, stream_type, seq, event_type, payload, occurred_at, event_id) or Malformed."""
+    if not isinstance(record, dict):
+        raise Malformed(f"record must be a JSON object, got {type(record).__name__}")
+    if isinstance(mapping.stream_id, str):
+        stream_id = _text_or_int(_get(record, mapping.stream_id), "stream_id", True)
+    else:
+        stream_id = mapping.stream_id_separator.join(
+            _text_or_int(_get(record, p), f"stream_id part {p}", True) for p in mapping.stream_id)
+    seq = _seq(_get(record, mapping.seq), mapping.first_seq)
+    event_type = _get(record, mapping.event_type)
+    if not isinstance(event_type, str) or not event_type:
+        raise Malformed("type is missing" if event_type is _ABSENT else "type must be a non-empty string")
+    stream_type = _get(record, mapping.stream_type)
+    if stream_type is _ABSENT or stream_type is None:
+        stream_type = mapping.name
+    elif not isinstance(stream_type, str) or not stream_type:
+        raise Malformed("stream_type must be a non-empty string")
+    payload = _get(record, mapping.payload)
+    payload = {} if payload is _ABSENT else payload
+    occurred_at = _get(record, mapping.occurred_at)
+    if occurred_at is _ABSENT:
+        occurred_at = None
+    elif occurred_at is not None and not isinstance(occurred_at, str):
+        raise Malformed("occurred_at must be a string")
+    event_id = _text_or_int(_get(record, mapping.event_id), "event_id", False)
+    try:
+        payload_text = canonical_json(payload)
+    except (ValueError, TypeError) as exc:
+        raise Malformed(f"payload cannot be stored as JSON: {exc}") from None
+    return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
+
+
+def _parse_json_line(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except Malformed:
+        raise
+    except RecursionError:
+        raise Malformed("invalid JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise Malformed(f"invalid JSON: {exc}") from None
+
+
+def _raw(data: bytes | str) -> str:
+    if isinstance(data, bytes):
+        data = data[:RAW_LIMIT].decode("utf-8", errors="replace")
+    return data[:RAW_LIMIT]
+
+
+def _jsonl_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
+    """(line number, raw, parsed record or Malformed) for each line of a JSON Lines file."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, raw in enumerate(lines, start=1):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            if len(raw) > mapping.max_record_bytes:
+                raise Malformed(f"record is {len(raw)} bytes, over max_record_bytes {mapping.max_record_bytes}")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise Malformed(f"invalid UTF-8 at byte {exc.start}") from None
+            if not text.strip():
+                raise Malformed("empty line")
+            yield number, raw, _parse_json_line(text)
+        except Malformed as exc:
+            yield number, raw, exc
+
+
+def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
+    text = data.decode("utf-8-sig", errors="surrogateescape")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    except csv.Error as exc:
+        raise RejectedFile(f"CSV header cannot be read: {exc}") from None
+    if len(set(header)) != len(header) or not all(header):
+        raise RejectedFile("CSV header has empty or repeated column names")
+    number = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            number += 1
+            yield number, "", Malformed(f"CSV row cannot be parsed: {exc}")
+            continue
+        number += 1
+        raw = ",".join(row)
+        try:
+            if len(raw.encode("utf-8", errors="surrogateescape")) > mapping.max_record_bytes:
+                raise Malformed(f"record is over max_record_bytes {mapping.max_record_bytes}")
+            try:
+                raw.encode("utf-8")
+            except UnicodeEncodeError:
+                raise Malformed("invalid UTF-8") from None
+            if len(row) != len(header):
+                raise Malformed(f"row has {len(row)} fields, the header has {len(header)}")
+            record: dict[str, Any] = {k: (v if v != "" else None) for k, v in zip(header, row)}
+            payload = record.get(mapping.payload)
+            if isinstance(payload, str):
+                record[mapping.payload] = _parse_json_line(payload)
+            yield number, raw, record
+        except Malformed as exc:
+            yield number, raw.encode("utf-8", "surrogateescape"), exc
+
+
+def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise RejectedFile(f"Parquet file cannot be read: {type(exc).__name__}: {exc}"[:500]) from None
+    number = 0
+    for batch in table.to_batches(max_chunksize=65_536):
+        for record in batch.to_pylist():
+            number += 1
+            payload = record.get(mapping.payload)
+            try:
+                if isinstance(payload, str):
+                    record[mapping.payload] = _parse_json_line(payload)
+                yield number, _raw(json.dumps(record, default=str)), record
+            except Malformed as exc:
+                yield number, _raw(json.dumps(record, default=str)), exc
+
+
+@dataclass
+class InspectedBatch:
+    batch_id: str
+    messages: pa.Table
+    malformed: list[tuple[int, str, str]] = field(default_factory=list)  # (line, raw, reason)
+    streams: int = 0
+    min_seq: int | None = None
+    max_seq: int | None = None
+
+    @property
+    def records(self) -> int:
+        return self.messages.num_rows + len(self.malformed)
+
+
+def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
+    """Normalise every record of a landing file. Raises RejectedFile when the file is unreadable."""
+    fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise RejectedFile(f"unsupported file type {path.suffix!r} (expected .jsonl, .csv or .parquet)")
+    if fmt == "parquet":
+        records = _parquet_records(path, mapping)
+    else:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
+        records = _jsonl_records(data, mapping) if fmt == "jsonl" else _csv_records(data, mapping)
+    columns: list[list] = [[] for _ in range(8)]
+    malformed: list[tuple[int, str, str]] = []
+    for number, raw, record in records:
+        if isinstance(record, Malformed):
+            malformed.append((number, _raw(raw), str(record)))
+            continue
+        try:
+            values = normalise(record, mapping)
+        except Malformed as exc:
+            malformed.append((number, _raw(raw), str(exc)))
+            continue
+        columns[0].append(number)
+        for i, value in enumerate(values, start=1):
+            columns[i].append(value)
+    n = len(columns[0])
+    table = pa.table([
+        pa.array([entry_idx] * n, pa.int64()), pa.array([batch_id] * n, pa.string()),
+        pa.array(columns[0], pa.int64()), pa.array(columns[1], pa.string()), pa.array(columns[2], pa.string()),
+        pa.array(columns[3], pa.int64()), pa.array(columns[4], pa.string()), pa.array(columns[5], pa.string()),
+        pa.array(columns[6], pa.string()), pa.array(columns[7], pa.string()),
+    ], schema=MESSAGE_SCHEMA)
+    seqs = columns[3]
+    return InspectedBatch(batch_id, table, malformed, streams=len(set(columns[1])),
+                          min_seq=min(seqs) if seqs else None, max_seq=max(seqs) if seqs else None)

@@ -1,0 +1,197 @@
+"""DESIGN §2 step 3: ordering per (view, stream) — duplicates, late, conflicts, gaps and timers.
+
+`walk_stream` is the whole life of one (view, stream) during a pass over one or more entries
+(batches, ticks, operator actions), in ingest order. It is plain Python so it runs unchanged
+inside Spark executors and in tests.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from pipelines.apply import StreamApplier, describe_exception
+from pipelines.view import Event, View
+
+# A message as the walker holds it (a tuple: cheap to build from Arrow columns).
+SEQ, ENTRY, LINE, BATCH, TYPE, PAYLOAD, OCCURRED, EVENT_ID, STREAM_TYPE = range(9)
+OUTCOMES = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
+
+
+@dataclass(frozen=True)
+class PassEntry:
+    """One entry of the pass as a view sees it."""
+
+    entry_idx: int
+    batch_id: str
+    kind: str  # batch | tick | retry | skip
+    t_us: int  # logical time, microseconds since epoch
+    target_stream: str | None = None
+
+
+@dataclass
+class StreamState:
+    """What the store remembers about one (view, stream) between passes."""
+
+    stream_type: str | None = None
+    last_seq: int = 0
+    blocked_at: int | None = None
+    blocked_since_us: int | None = None
+    parked: bool = False
+    skipped: list[tuple[int, int]] = field(default_factory=list)  # logged gap ranges, sorted
+    keyed_rows: dict[str, list[dict]] = field(default_factory=dict)
+    newest_rows: dict[str, dict | None] = field(default_factory=dict)
+    existed: bool = False
+
+
+class PassOutput:
+    """Everything a pass produces, accumulated per executor partition."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int, str], int] = {}
+        self.records: list[tuple[str, str, str, int, str, Any]] = []  # (kind, view, stream, entry, name, data)
+        self.aggregates: dict[str, dict[str, dict]] = {}  # view -> table -> key -> sums
+
+    def count(self, view: str, entry_idx: int, outcome: str, n: int = 1) -> None:
+        key = (view, entry_idx, outcome)
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def emit(self, kind: str, view: str, stream_id: str, entry_idx: int, name: str, data: Any) -> None:
+        self.records.append((kind, view, stream_id, entry_idx, name, data))
+
+
+def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:
+    i = bisect_right(ranges, (seq, float("inf"))) - 1
+    return i >= 0 and ranges[i][0] <= seq <= ranges[i][1]
+
+
+def _event(msg: tuple, stream_id: str) -> Event:
+    return Event(stream_id, msg[STREAM_TYPE], msg[SEQ], msg[TYPE], msg[PAYLOAD], msg[OCCURRED],
+                 msg[EVENT_ID], msg[BATCH])
+
+
+def _message_data(msg: tuple) -> dict:
+    return {"seq": msg[SEQ], "entry_idx": msg[ENTRY], "line": msg[LINE], "batch_id": msg[BATCH],
+            "event_type": msg[TYPE], "payload": msg[PAYLOAD], "occurred_at": msg[OCCURRED],
+            "event_id": msg[EVENT_ID], "stream_type": msg[STREAM_TYPE]}
+
+
+def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: list[tuple],
+                new_msgs: Iterator[tuple] | list[tuple], entries: list[PassEntry], out: PassOutput,
+                aggregate_sums: dict[str, dict]) -> None:
+    """Process one (view, stream) through every entry of the pass and emit its results.
+
+    `pending_msgs` are buffered messages from earlier passes; `new_msgs` are this pass's messages
+    for the stream, sorted by (entry_idx, line).
+    """
+    name = view.name
+    pending: dict[int, tuple] = {m[SEQ]: m for m in pending_msgs}
+    by_entry: dict[int, list[tuple]] = {}
+    for m in new_msgs:
+        by_entry.setdefault(m[ENTRY], []).append(m)
+    if state.stream_type is None:
+        state.stream_type = (pending_msgs or next(iter(by_entry.values())))[0][STREAM_TYPE]
+    applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
+    gap_timeout_us = int(round(view.gap_timeout * 1_000_000))
+    last_entry = 0
+
+    def apply_one(msg: tuple, entry: PassEntry) -> bool:
+        """Apply a ready message; False when it parks the stream."""
+        outcome, exc = applier.apply(_event(msg, stream_id))
+        if exc is not None:
+            exc_type, message, trace = describe_exception(exc)
+            out.emit("error", name, stream_id, entry.entry_idx, "handler_error",
+                     {**_message_data(msg), "reason": f"{exc_type}: {message}", "exception_type": exc_type,
+                      "message": message, "traceback": trace, "logged_at_us": entry.t_us})
+            if view.on_error == "park":
+                return False
+        out.count(name, entry.entry_idx, outcome)
+        return True
+
+    def walk(entry: PassEntry) -> None:
+        nxt = state.last_seq + 1
+        while True:
+            msg = pending.get(nxt)
+            if msg is not None:
+                if not apply_one(msg, entry):
+                    state.parked = True
+                    break
+                del pending[nxt]
+                nxt += 1
+                continue
+            if not pending:
+                state.blocked_at = state.blocked_since_us = None
+                break
+            if state.blocked_at != nxt:
+                state.blocked_at, state.blocked_since_us = nxt, entry.t_us
+            waited = entry.t_us - state.blocked_since_us
+            if waited >= gap_timeout_us:
+                reason = "timeout"
+            elif len(pending) > view.max_pending:
+                reason = "capacity"
+            else:
+                break
+            first_waiting = min(pending)
+            out.emit("gap", name, stream_id, entry.entry_idx, reason,
+                     {"first_missing": nxt, "last_missing": first_waiting - 1,
+                      "waited_us": waited, "batch_id": entry.batch_id, "skipped_at_us": entry.t_us})
+            out.count(name, entry.entry_idx, "gaps_skipped")
+            state.skipped.append((nxt, first_waiting - 1))
+            nxt = first_waiting
+        state.last_seq = nxt - 1
+        if state.parked:
+            state.blocked_at = state.blocked_since_us = None
+
+    for entry in entries:
+        arrived = by_entry.get(entry.entry_idx)
+        operator = entry.kind in ("retry", "skip") and entry.target_stream == stream_id
+        if arrived is None and not pending and not operator:
+            continue
+        last_entry = entry.entry_idx
+        for msg in arrived or ():
+            out.count(name, entry.entry_idx, "selected")
+            seq = msg[SEQ]
+            if seq <= state.last_seq:
+                if _in_skipped(state.skipped, seq):
+                    out.count(name, entry.entry_idx, "late")
+                    out.emit("error", name, stream_id, entry.entry_idx, "late",
+                             {**_message_data(msg), "reason": f"seq {seq} arrived after its gap was skipped",
+                              "logged_at_us": entry.t_us})
+                else:
+                    out.count(name, entry.entry_idx, "duplicate")
+                continue
+            first = pending.get(seq)
+            if first is None:
+                pending[seq] = msg
+            elif first[TYPE:STREAM_TYPE] == msg[TYPE:STREAM_TYPE]:
+                out.count(name, entry.entry_idx, "duplicate")
+            else:
+                out.count(name, entry.entry_idx, "conflict")
+                out.emit("error", name, stream_id, entry.entry_idx, "conflict",
+                         {**_message_data(msg),
+                          "reason": f"seq {seq} differs from the first received "
+                                    f"(batch {first[BATCH]}, line {first[LINE]})",
+                          "logged_at_us": entry.t_us})
+        if operator and state.parked:
+            state.parked = False
+            if entry.kind == "skip":
+                dropped = pending.pop(state.last_seq + 1)
+                out.count(name, entry.entry_idx, "handler_error")
+                state.last_seq = dropped[SEQ]
+        if not state.parked:
+            walk(entry)
+        state.skipped.sort()
+
+    out.emit("watermark", name, stream_id, last_entry, "",
+             {"stream_type": state.stream_type, "last_seq": state.last_seq, "blocked_at": state.blocked_at,
+              "blocked_since_us": state.blocked_since_us, "parked": state.parked,
+              "pending_count": len(pending)})
+    for msg in sorted(pending.values()):
+        out.emit("pending", name, stream_id, msg[ENTRY], "", _message_data(msg))
+    for table in view.tables:
+        member = applier.tables[table.name]
+        if table.kind == "keyed":
+            out.emit("rows", name, stream_id, last_entry, table.name, list(member.rows.values()))
+        elif table.kind == "append" and member.appended:
+            out.emit("rows", name, stream_id, last_entry, table.name, member.appended)

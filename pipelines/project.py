@@ -1,0 +1,288 @@
+"""One projection pass: archived entries not yet committed for some views → ordered, applied, committed.
+
+The driver loads the state of the streams the pass touches from the read store, Spark brings
+each (view, stream)'s state, buffer and new messages together in one sorted partition, and
+`walk_stream` orders and applies them there (Arrow batches in, Arrow batches out). The driver
+then commits everything in one read-store transaction (pipelines/commit.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from pipelines.ingest import archive_path
+from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.select import select_views
+from pipelines.spark import shuffle_partitions
+from pipelines.store import Home, Store, us_from_utc
+from pipelines.view import View
+
+STATE, PENDING, NEW = 0, 1, 2
+INPUT_SCHEMA = pa.schema([
+    ("view", pa.string()), ("stream_id", pa.string()), ("rec_type", pa.int32()), ("entry_idx", pa.int64()),
+    ("line", pa.int64()), ("seq", pa.int64()), ("batch_id", pa.string()), ("event_type", pa.string()),
+    ("payload", pa.string()), ("occurred_at", pa.string()), ("event_id", pa.string()),
+    ("stream_type", pa.string()), ("state", pa.string()),
+])
+OUTPUT_SCHEMA = pa.schema([
+    ("kind", pa.string()), ("view", pa.string()), ("stream_id", pa.string()), ("entry_idx", pa.int64()),
+    ("name", pa.string()), ("n", pa.int64()), ("data", pa.string()),
+])
+_OUTPUT_SPARK_SCHEMA = "kind string, view string, stream_id string, entry_idx long, name string, n long, data string"
+_FLUSH_EVERY = 20_000
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    raise TypeError(f"cannot store {type(value).__name__} in a view table")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass
+class PassPlan:
+    """The entries of one pass, and which of them each view still has to project."""
+
+    entries: list[dict]  # ingest_log rows, in order
+    by_view: dict[str, list[PassEntry]] = field(default_factory=dict)
+
+    @property
+    def view_entries(self) -> list[tuple[str, int]]:
+        return [(v, e.entry_idx) for v, es in self.by_view.items() for e in es]
+
+
+def plan_passes(store: Store, views: Iterable[View], max_records: int = 3_000_000) -> list[PassPlan]:
+    """Uncommitted entries per view, in ingest order, cut into passes of at most `max_records`."""
+    names = [v.name for v in views]
+    rows = store.con.execute(
+        """SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
+                  list(v.view ORDER BY v.view) AS todo
+           FROM inorder.ingest_log l CROSS JOIN unnest(?::VARCHAR[]) AS v(view)
+           WHERE l.status = 'archived'
+             AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = v.view)
+             AND NOT EXISTS (SELECT 1 FROM inorder.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
+           GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
+    passes: list[PassPlan] = []
+    current, size = None, 0
+    for entry_idx, batch_id, kind, received_at, normalised, target_view, target_stream, todo in rows:
+        if current is None or (size + (normalised or 0) > max_records and current.entries):
+            current, size = PassPlan([]), 0
+            passes.append(current)
+        size += normalised or 0
+        current.entries.append({"entry_idx": entry_idx, "batch_id": batch_id, "kind": kind,
+                                "target_view": target_view, "target_stream": target_stream})
+        entry = PassEntry(entry_idx, batch_id, kind, us_from_utc(received_at), target_stream)
+        for view in todo:
+            current.by_view.setdefault(view, []).append(entry)
+    return passes
+
+
+def _table_rows(store: Store, sql: str, params: list) -> tuple[list[str], list[tuple]]:
+    cursor = store.con.execute(sql, params)
+    return [d[0] for d in cursor.description], cursor.fetchall()
+
+
+def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> tuple[pa.Table, list[str]]:
+    """State and pending rows of every (view, stream) the pass touches, and the archive files to read."""
+    con = store.con
+    batch_entries = [e["entry_idx"] for e in plan.entries if e["kind"] == "batch"]
+    files = [str(archive_path(home, i)) for i in batch_entries]
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_todo (view VARCHAR, entry_idx BIGINT)")
+    con.executemany("INSERT INTO pass_todo VALUES (?, ?)", plan.view_entries)
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_subs (view VARCHAR, stream_type VARCHAR)")
+    con.executemany("INSERT INTO pass_subs VALUES (?, ?)", [(v.name, t) for v in views for t in v.subscribes])
+    touched_sql = """
+        SELECT view, stream_id FROM inorder.pending WHERE view IN (SELECT view FROM pass_todo)
+        UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
+              JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view"""
+    if files:
+        touched_sql += """
+        UNION SELECT DISTINCT t.view, m.stream_id FROM read_parquet(?) m
+              JOIN pass_todo t USING (entry_idx) JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE pass_streams AS {touched_sql}", [files] if files else [])
+
+    states: dict[tuple[str, str], dict] = {}
+    for view_name, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked in con.execute(
+            """SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked
+               FROM inorder.watermarks w JOIN pass_streams USING (view, stream_id)""").fetchall():
+        states[(view_name, stream_id)] = {
+            "stream_type": stream_type, "last_seq": last_seq, "blocked_at": blocked_at,
+            "blocked_since_us": us_from_utc(blocked_since), "parked": parked, "skipped": [],
+            "keyed_rows": {}, "newest_rows": {}}
+    for view_name, stream_id, first, last in con.execute(
+            """SELECT g.view, g.stream_id, g.first_missing, g.last_missing FROM inorder.gaps g
+               JOIN pass_streams USING (view, stream_id) ORDER BY 1, 2, 3""").fetchall():
+        states[(view_name, stream_id)]["skipped"].append((first, last))
+    for view in views:
+        if view.name not in plan.by_view:
+            continue
+        for table in view.tables:
+            if table.kind == "aggregate":
+                continue
+            key = f'"{table.stream_key}"'
+            newest = ""
+            if table.kind == "append":
+                order = ", ".join(f'"{c}" DESC' for c in table.primary_key)
+                newest = f"QUALIFY row_number() OVER (PARTITION BY t.{key} ORDER BY {order}) = 1"
+            columns, rows = _table_rows(store, f"""
+                SELECT t.* FROM "{table.name}" t JOIN pass_streams p ON p.view = ? AND p.stream_id = t.{key}
+                {newest}""", [view.name])
+            k = columns.index(table.stream_key)
+            for row in rows:
+                state = states.get((view.name, row[k]))
+                if state is None:  # rows without a watermark: written by a rebuild in progress? keep them
+                    state = states[(view.name, row[k])] = {"existed": False, "skipped": [], "keyed_rows": {},
+                                                           "newest_rows": {}}
+                record = dict(zip(columns, row))
+                if table.kind == "keyed":
+                    state["keyed_rows"].setdefault(table.name, []).append(record)
+                else:
+                    state["newest_rows"][table.name] = record
+
+    columns: dict[str, list] = {f.name: [] for f in INPUT_SCHEMA}
+
+    def add(**values: Any) -> None:
+        for name, column in columns.items():
+            column.append(values.get(name))
+
+    for (view_name, stream_id), state in states.items():
+        add(view=view_name, stream_id=stream_id, rec_type=STATE, entry_idx=0, line=0, state=dumps(state))
+    for row in con.execute(
+            """SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id,
+                      line, entry_idx FROM inorder.pending WHERE view IN (SELECT view FROM pass_todo)""").fetchall():
+        add(view=row[0], stream_id=row[1], rec_type=PENDING, seq=row[2], stream_type=row[3], event_type=row[4],
+            payload=row[5], occurred_at=row[6], event_id=row[7], batch_id=row[8], line=row[9], entry_idx=row[10])
+    return pa.table(columns, schema=INPUT_SCHEMA), files
+
+
+def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
+    data = json.loads(text)
+    state = StreamState(stream_type=data.get("stream_type"), last_seq=data.get("last_seq", first_seq - 1),
+                        blocked_at=data.get("blocked_at"), blocked_since_us=data.get("blocked_since_us"),
+                        parked=bool(data.get("parked")), skipped=[tuple(r) for r in data["skipped"]],
+                        existed="last_seq" in data)
+    for table in view.tables:
+        decimals = table.decimal_columns
+
+        def typed(row: dict) -> dict:
+            for c in decimals:
+                if row.get(c) is not None:
+                    row[c] = Decimal(row[c])
+            return row
+
+        if table.name in data["keyed_rows"]:
+            state.keyed_rows[table.name] = [typed(r) for r in data["keyed_rows"][table.name]]
+        if data["newest_rows"].get(table.name) is not None:
+            state.newest_rows[table.name] = typed(data["newest_rows"][table.name])
+    return state
+
+
+def _output_batch(records: list[tuple]) -> pa.RecordBatch:
+    kinds, views, streams, entries, names, ns, datas = [], [], [], [], [], [], []
+    for kind, view, stream_id, entry_idx, name, data in records:
+        kinds.append(kind)
+        views.append(view)
+        streams.append(stream_id)
+        entries.append(entry_idx)
+        names.append(name)
+        if kind == "count":
+            ns.append(data)
+            datas.append(None)
+        else:
+            ns.append(None)
+            datas.append(dumps(data))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(kinds, pa.string()), pa.array(views, pa.string()), pa.array(streams, pa.string()),
+         pa.array(entries, pa.int64()), pa.array(names, pa.string()), pa.array(ns, pa.int64()),
+         pa.array(datas, pa.string())], schema=OUTPUT_SCHEMA)
+
+
+def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str, View],
+                              entries: dict[str, list[PassEntry]], first_seq: int) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: rows arrive sorted by (view, stream_id, rec_type, entry_idx, line)."""
+    out = PassOutput()
+    aggregates: dict[str, dict[str, dict]] = {}
+    group_key: tuple[str, str] | None = None
+    state_text: str | None = None
+    pending: list[tuple] = []
+    new: list[tuple] = []
+
+    def flush_group() -> None:
+        view_name, stream_id = group_key
+        view = views[view_name]
+        state = _decode_state(view, state_text, first_seq) if state_text else StreamState(last_seq=first_seq - 1)
+        if state_text and not state.existed:
+            state.last_seq = first_seq - 1
+        walk_stream(view, stream_id, state, pending, new, entries[view_name], out,
+                    aggregates.setdefault(view_name, {}))
+
+    for batch in batches:
+        cols = batch.to_pydict()
+        view_col, stream_col, rec_col = cols["view"], cols["stream_id"], cols["rec_type"]
+        seq_col, entry_col, line_col, batch_col = cols["seq"], cols["entry_idx"], cols["line"], cols["batch_id"]
+        type_col, payload_col, occurred_col = cols["event_type"], cols["payload"], cols["occurred_at"]
+        id_col, stype_col, state_col = cols["event_id"], cols["stream_type"], cols["state"]
+        for i in range(batch.num_rows):
+            key = (view_col[i], stream_col[i])
+            if key != group_key:
+                if group_key is not None:
+                    flush_group()
+                    if len(out.records) >= _FLUSH_EVERY:
+                        yield _output_batch(out.records)
+                        out.records.clear()
+                group_key, state_text, pending, new = key, None, [], []
+            rec = rec_col[i]
+            if rec == STATE:
+                state_text = state_col[i]
+                continue
+            msg = (seq_col[i], entry_col[i], line_col[i], batch_col[i], type_col[i], payload_col[i],
+                   occurred_col[i], id_col[i], stype_col[i])
+            (pending if rec == PENDING else new).append(msg)
+    if group_key is not None:
+        flush_group()
+    for (view_name, entry_idx, name), n in out.counts.items():
+        out.emit("count", view_name, "", entry_idx, name, n)
+    for view_name, tables in aggregates.items():
+        for table_name, sums in tables.items():
+            if sums:
+                key_cols = views[view_name].table(table_name).primary_key
+                rows = [{**dict(zip(key_cols, k)), **v} for k, v in sums.items()]
+                out.emit("aggregate", view_name, "", 0, table_name, rows)
+    if out.records:
+        yield _output_batch(out.records)
+
+
+def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], plan: PassPlan,
+             first_seq: int) -> tuple[pa.Table, list[str]]:
+    """Order and apply one pass in Spark; returns the pass output and the archive files it read."""
+    state_rows, files = load_inputs(store, home, views, plan)
+    in_pass = [v for v in views if v.name in plan.by_view]
+    frames = [spark.createDataFrame(state_rows)] if state_rows.num_rows else []
+    if files:
+        messages = spark.read.parquet(*files)
+        selected = select_views(spark, messages, plan.view_entries, in_pass)
+        frames.append(selected.selectExpr(*[
+            "CAST(2 AS INT) AS rec_type" if f.name == "rec_type" else
+            "CAST(NULL AS STRING) AS state" if f.name == "state" else f.name for f in INPUT_SCHEMA]))
+    if not frames:
+        return OUTPUT_SCHEMA.empty_table(), files
+    combined = functools.reduce(lambda a, b: a.unionByName(b), frames)
+    partition = functools.partial(order_and_apply_partition, views={v.name: v for v in in_pass},
+                                  entries=plan.by_view, first_seq=first_seq)
+    result = (combined.repartition(shuffle_partitions(spark), "view", "stream_id")
+              .sortWithinPartitions("view", "stream_id", "rec_type", "entry_idx", "line")
+              .mapInArrow(partition, _OUTPUT_SPARK_SCHEMA))
+    return result.toArrow(), files

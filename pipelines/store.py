@@ -1,0 +1,146 @@
+"""The read store: one DuckDB file holding engine state (schema `inorder`) and the views' tables.
+
+Only one process writes at a time: `Store.open` takes an exclusive lock file beside the database
+and fails with a clear message when another run holds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import duckdb
+
+from pipelines.view import View
+
+ENGINE_DDL = """
+CREATE SCHEMA IF NOT EXISTS inorder;
+CREATE TABLE IF NOT EXISTS inorder.ingest_log (
+    entry_idx BIGINT PRIMARY KEY, batch_id VARCHAR NOT NULL UNIQUE, kind VARCHAR NOT NULL,
+    received_at TIMESTAMPTZ NOT NULL, file_name VARCHAR, bytes BIGINT, sha256 VARCHAR,
+    records BIGINT NOT NULL DEFAULT 0, malformed BIGINT NOT NULL DEFAULT 0, normalised BIGINT NOT NULL DEFAULT 0,
+    status VARCHAR NOT NULL, reason VARCHAR, target_view VARCHAR, target_stream VARCHAR);
+CREATE TABLE IF NOT EXISTS inorder.watermarks (
+    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
+    blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
+    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, PRIMARY KEY (view, stream_id));
+CREATE TABLE IF NOT EXISTS inorder.pending (
+    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
+    event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
+    line BIGINT, entry_idx BIGINT, PRIMARY KEY (view, stream_id, seq));
+CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
+CREATE TABLE IF NOT EXISTS inorder.errors (
+    error_id BIGINT PRIMARY KEY DEFAULT nextval('inorder.error_ids'), view VARCHAR, stream_id VARCHAR,
+    seq BIGINT, kind VARCHAR NOT NULL, event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR,
+    event_id VARCHAR, batch_id VARCHAR, line BIGINT, raw VARCHAR, reason VARCHAR, exception_type VARCHAR,
+    message VARCHAR, traceback VARCHAR, logged_at TIMESTAMPTZ, entry_idx BIGINT);
+CREATE TABLE IF NOT EXISTS inorder.gaps (
+    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, first_missing BIGINT NOT NULL,
+    last_missing BIGINT NOT NULL, waited_seconds DOUBLE NOT NULL, reason VARCHAR NOT NULL,
+    batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT);
+CREATE TABLE IF NOT EXISTS inorder.batches (
+    batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
+    received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
+    selected BIGINT, unrouted BIGINT, applied BIGINT, ignored BIGINT, handler_error BIGINT,
+    duplicate BIGINT, late BIGINT, conflict BIGINT, pending BIGINT, gaps_skipped BIGINT,
+    committed_at TIMESTAMPTZ, PRIMARY KEY (batch_id, view));
+"""
+
+OUTCOME_COLUMNS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
+
+
+class StoreBusy(RuntimeError):
+    """Another process is writing this read store."""
+
+
+def utc_from_us(us: int | None) -> datetime | None:
+    return None if us is None else datetime.fromtimestamp(us / 1_000_000, tz=timezone.utc)
+
+
+def us_from_utc(moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@dataclass
+class Home:
+    """The folders under INORDER_HOME."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls, root: str | os.PathLike | None = None) -> "Home":
+        return cls(Path(root or os.environ.get("INORDER_HOME", ".inorder")).resolve())
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing"
+
+    @property
+    def archive(self) -> Path:
+        return self.root / "archive"
+
+    @property
+    def database(self) -> Path:
+        return self.root / "store.duckdb"
+
+    def ensure(self) -> "Home":
+        for folder in (self.root, self.landing, self.archive):
+            folder.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+class Store:
+    """A connection to the read store, holding the writer lock for its lifetime."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, lock_fd: int | None) -> None:
+        self.con = con
+        self._lock_fd = lock_fd
+
+    @classmethod
+    def open(cls, home: Home, views: Iterable[View], wait: bool = False) -> "Store":
+        home.ensure()
+        lock_fd = os.open(home.root / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise StoreBusy(f"another inorder run is writing {home.database}; try again when it ends") from None
+        try:
+            con = duckdb.connect(str(home.database))
+            con.execute("SET TimeZone = 'UTC'")
+            con.execute(ENGINE_DDL)
+            for view in views:
+                for table in view.tables:
+                    con.execute(table.ddl())
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls(con, lock_fd)
+
+    def close(self) -> None:
+        self.con.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def last_logical_time_us(self) -> int | None:
+        row = self.con.execute("SELECT max(received_at) FROM inorder.ingest_log").fetchone()
+        return us_from_utc(row[0])
+
+    def next_entry_idx(self) -> int:
+        return self.con.execute("SELECT coalesce(max(entry_idx), 0) + 1 FROM inorder.ingest_log").fetchone()[0]

@@ -1,0 +1,431 @@
+"""Independent pure-Python reference model of inorder (DESIGN.md §1–§3, docs/STORE.md).
+
+It keeps everything in dicts, processes entries one by one exactly as STORE.md states the
+rules, and returns the stored rows so they can be compared with the real engine row for row.
+Only the view declarations (duck-typed `View`/`Table` from pipelines/view.py) are used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+COUNTERS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
+CONTENT = ("event_type", "payload", "occurred_at", "event_id")
+MESSAGE_FIELDS = ("stream_id", "seq", "event_type", "payload", "occurred_at", "event_id", "batch_id", "line")
+BIGINT_MAX = (1 << 63) - 1
+
+
+@dataclass
+class Entry:
+    """One ingest-log entry. `lines` is a list of records (str or bytes), or a whole file (str/bytes)."""
+
+    kind: str  # 'batch' | 'tick' | 'retry' | 'skip'
+    batch_id: str
+    T: float
+    lines: list[str | bytes] | str | bytes | None = None
+    target_view: str | None = None
+    target_stream: str | None = None
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def split_lines(data: str | bytes) -> list[str | bytes]:
+    """A file's records: split on "\\n"; a final newline does not make an extra empty record."""
+    parts = data.split(b"\n" if isinstance(data, bytes) else "\n")
+    if parts and not parts[-1]:
+        parts.pop()
+    return parts
+
+
+# --------------------------------------------------------------------------- normalisation
+
+def _bad_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError("number overflows")
+    return value
+
+
+def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 << 20) -> dict | None:
+    """The normalised message of one record line, or None when the record is malformed."""
+    cr = b"\r" if isinstance(raw, bytes) else "\r"
+    if raw.endswith(cr):
+        raw = raw[:-1]
+    try:
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeError:
+        return None
+    if len(data) > max_record_bytes:
+        return None
+    try:
+        obj = json.loads(text, parse_constant=_bad_constant, parse_float=_finite_float)
+        canonical(obj).encode("utf-8")  # lone surrogates from \\ud800 escapes cannot be stored
+    except (ValueError, RecursionError, UnicodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    stream_id = obj.get("stream_id")
+    if isinstance(stream_id, bool) or not isinstance(stream_id, (str, int)) or stream_id == "":
+        return None
+    seq = obj.get("seq")
+    if isinstance(seq, str) and seq and all("0" <= ch <= "9" for ch in seq):
+        digits = seq.lstrip("0") or "0"
+        seq = int(digits) if len(digits) <= 19 else None  # beyond BIGINT anyway
+    if isinstance(seq, bool) or not isinstance(seq, int) or not first_seq <= seq <= BIGINT_MAX:
+        return None
+    event_type = obj.get("type")
+    if not isinstance(event_type, str) or not event_type:
+        return None
+    occurred_at = obj.get("occurred_at")
+    if occurred_at is not None and not isinstance(occurred_at, str):
+        return None
+    event_id = obj.get("event_id")
+    if isinstance(event_id, bool) or not isinstance(event_id, (str, int, type(None))):
+        return None
+    stream_type = obj.get("stream_type", "account")
+    if not isinstance(stream_type, str) or not stream_type:
+        return None
+    return {
+        "stream_id": str(stream_id), "stream_type": stream_type, "seq": seq, "event_type": event_type,
+        "payload": canonical(obj["payload"]) if "payload" in obj else "{}",
+        "occurred_at": occurred_at, "event_id": None if event_id is None else str(event_id),
+    }
+
+
+# --------------------------------------------------------------------------- table values
+
+def _norm_value(sql_type: str, value: Any) -> Any:
+    """A value as the read store would hold it (DECIMAL quantized and range-checked, DATE as ISO)."""
+    if value is None:
+        return None
+    if sql_type.startswith("DECIMAL"):
+        precision, scale = (int(x) for x in sql_type[8:-1].split(","))
+        if isinstance(value, bool):
+            raise TypeError("a boolean is not a decimal")
+        q = Decimal(str(value)).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+        if not q.is_finite() or abs(q) >= Decimal(10) ** (precision - scale):
+            raise ValueError(f"{value} does not fit {sql_type}")
+        return q
+    if sql_type in ("BIGINT", "INTEGER"):
+        if isinstance(value, bool) or int(value) != value:
+            raise TypeError(f"{value!r} is not an integer")
+        limit = BIGINT_MAX if sql_type == "BIGINT" else (1 << 31) - 1
+        if not -limit - 1 <= int(value) <= limit:
+            raise ValueError(f"{value} does not fit {sql_type}")
+        return int(value)
+    if sql_type == "DOUBLE":
+        return float(value)
+    if sql_type == "BOOLEAN":
+        return bool(value)
+    if sql_type == "DATE":
+        return value.isoformat() if isinstance(value, date) else date.fromisoformat(str(value)).isoformat()
+    if sql_type == "VARCHAR":
+        return value if isinstance(value, str) else str(value)
+    return value
+
+
+def _zero(sql_type: str) -> Any:
+    if sql_type.startswith("DECIMAL") or sql_type in ("BIGINT", "INTEGER", "DOUBLE"):
+        return _norm_value(sql_type, 0)
+    return None
+
+
+class _Handle:
+    """`tables.<name>` as a handler sees it: reads see this attempt's writes, writes stay in the tx."""
+
+    def __init__(self, tx: "_Tx", table: Any) -> None:
+        self._tx, self._t = tx, table
+
+    def _row(self, row: dict) -> dict:
+        unknown = set(row) - set(self._t.columns)
+        if unknown:
+            raise KeyError(f"table {self._t.name} has no columns {sorted(unknown)}")
+        return {c: _norm_value(t, row.get(c)) for c, t in self._t.columns.items()}
+
+    def _key(self, values: tuple) -> tuple:
+        if len(values) != len(self._t.primary_key):
+            raise TypeError(f"table {self._t.name}: primary key is {self._t.primary_key}")
+        return tuple(_norm_value(self._t.columns[c], v) for c, v in zip(self._t.primary_key, values))
+
+    def _rows(self) -> dict:
+        rows = dict(self._tx.store[self._t.name])
+        for (name, pk), row in self._tx.writes.items():
+            if name == self._t.name:
+                rows[pk] = row
+        return {pk: row for pk, row in rows.items() if row is not None}
+
+    def _read(self, pk: tuple) -> dict | None:
+        if (self._t.name, pk) in self._tx.writes:
+            return self._tx.writes[(self._t.name, pk)]
+        return self._tx.store[self._t.name].get(pk)
+
+    def _write(self, pk: tuple, row: dict | None) -> None:
+        self._tx.writes[(self._t.name, pk)] = row
+
+    def _need(self, *kinds: str) -> None:
+        if self._t.kind not in kinds:
+            raise TypeError(f"table {self._t.name} is {self._t.kind}")
+
+    # keyed
+    def get(self, *pk: Any) -> dict | None:
+        self._need("keyed")
+        row = self._read(self._key(pk))
+        return None if row is None else dict(row)
+
+    def put(self, row: dict) -> None:
+        self._need("keyed")
+        row = self._row(row)
+        self._write(tuple(row[c] for c in self._t.primary_key), row)
+
+    def delete(self, *pk: Any) -> None:
+        self._need("keyed")
+        self._write(self._key(pk), None)
+
+    def all(self) -> list[dict]:
+        self._need("keyed")
+        return [dict(r) for _, r in sorted(self._rows().items())]
+
+    # append
+    def last(self) -> dict | None:
+        self._need("append")
+        mine = [(pk, r) for pk, r in self._rows().items() if r[self._t.stream_key] == self._tx.stream_id]
+        return dict(max(mine, key=lambda item: item[0])[1]) if mine else None
+
+    def append(self, row: dict) -> None:
+        self._need("append")
+        row = self._row(row)
+        pk = tuple(row[c] for c in self._t.primary_key)
+        if self._read(pk) is not None:
+            raise KeyError(f"table {self._t.name}: duplicate key {pk}")
+        self._write(pk, row)
+
+    # aggregate
+    def add(self, key: dict, **increments: Any) -> None:
+        self._need("aggregate")
+        pk = self._key(tuple(key[c] for c in self._t.primary_key))
+        row = self._read(pk)
+        if row is None:
+            row = {c: _zero(t) for c, t in self._t.columns.items()} | dict(zip(self._t.primary_key, pk))
+        row = dict(row)
+        for column, amount in increments.items():
+            if column not in self._t.value_columns:
+                raise KeyError(f"table {self._t.name}: {column} is not a value column")
+            row[column] = row[column] + _norm_value(self._t.columns[column], amount)
+        self._write(pk, self._row(row))
+
+
+class _Tx:
+    def __init__(self, view: Any, store: dict, stream_id: str) -> None:
+        self.view, self.store, self.stream_id, self.writes = view, store, stream_id, {}
+
+    def __getattr__(self, name: str) -> _Handle:
+        return _Handle(self, self.view.table(name))
+
+    def commit(self) -> None:
+        for (name, pk), row in self.writes.items():
+            if row is None:
+                self.store[name].pop(pk, None)
+            else:
+                self.store[name][pk] = row
+
+
+class _Event:
+    def __init__(self, m: dict) -> None:
+        for k in ("stream_id", "stream_type", "seq", "event_type", "occurred_at", "event_id", "batch_id"):
+            setattr(self, k, m[k])
+        self.payload_json = m["payload"]
+        self.payload = json.loads(m["payload"], parse_float=Decimal)
+
+
+# --------------------------------------------------------------------------- ordering
+
+@dataclass
+class _Stream:
+    stream_type: str
+    last_seq: int
+    pending: dict[int, dict] = field(default_factory=dict)
+    blocked_at: int | None = None
+    blocked_since: float | None = None
+    parked: bool = False
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+
+
+class Model:
+    def __init__(self, views: Any, first_seq: int = 1, max_record_bytes: int = 1 << 20) -> None:
+        self.views = {v.name: v for v in views}
+        self.first_seq, self.max_record_bytes = first_seq, max_record_bytes
+        self.streams: dict[str, dict[str, _Stream]] = {v: {} for v in self.views}
+        self.store = {t.name: {} for v in self.views.values() for t in v.tables}
+        self.errors: list[dict] = []
+        self.gaps: list[dict] = []
+        self.ledger: list[dict] = []
+        self.seen: set[str] = set()
+
+    def process(self, e: Entry) -> None:
+        if e.kind == "batch":
+            if e.batch_id in self.seen:  # re-running a committed batch changes nothing
+                return
+            self.seen.add(e.batch_id)
+            lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else list(e.lines or [])
+            messages = []
+            for number, raw in enumerate(lines, 1):
+                m = normalise(raw, self.first_seq, self.max_record_bytes)
+                if m is None:
+                    self.errors.append({**dict.fromkeys(("view",) + MESSAGE_FIELDS), "kind": "malformed",
+                                        "batch_id": e.batch_id, "line": number})
+                else:
+                    messages.append(m | {"batch_id": e.batch_id, "line": number})
+            routed = {t for v in self.views.values() for t in v.subscribes}
+            base = {"records": len(lines), "malformed": len(lines) - len(messages), "normalised": len(messages),
+                    "unrouted": sum(m["stream_type"] not in routed for m in messages)}
+            for view in self.views.values():
+                self._entry_for_view(view, e, messages, base)
+        elif e.kind == "tick":
+            for view in self.views.values():
+                self._entry_for_view(view, e, [], {})
+        elif e.kind in ("retry", "skip"):
+            self._operator(e)
+        else:
+            raise ValueError(f"unknown entry kind {e.kind!r}")
+
+    def _entry_for_view(self, view: Any, e: Entry, messages: list[dict], base: dict) -> None:
+        c: Counter = Counter()
+        streams = self.streams[view.name]
+        for m in messages:
+            if m["stream_type"] not in view.subscribes:
+                continue
+            c["selected"] += 1
+            s = streams.setdefault(m["stream_id"], _Stream(m["stream_type"], self.first_seq - 1))
+            seq = m["seq"]
+            if seq <= s.last_seq:
+                if any(a <= seq <= b for a, b in s.skipped):
+                    c["late"] += 1
+                    self._error(view, m, "late")
+                else:
+                    c["duplicate"] += 1
+            elif seq in s.pending:
+                if all(s.pending[seq][k] == m[k] for k in CONTENT):
+                    c["duplicate"] += 1
+                else:
+                    c["conflict"] += 1
+                    self._error(view, m, "conflict")
+            else:
+                s.pending[seq] = m
+        for stream_id, s in streams.items():
+            if s.pending and not s.parked:
+                self._walk(view, stream_id, s, e, c)
+        self._ledger(view, e, c, base)
+
+    def _operator(self, e: Entry) -> None:
+        view = self.views[e.target_view]
+        c: Counter = Counter()
+        s = self.streams[view.name].get(e.target_stream)
+        if s is not None and s.parked:
+            s.parked = False
+            if e.kind == "skip":
+                del s.pending[s.last_seq + 1]  # the parked message: its outcome is handler_error
+                s.last_seq += 1
+                c["handler_error"] += 1
+            self._walk(view, e.target_stream, s, e, c)
+        self._ledger(view, e, c, {})
+
+    def _walk(self, view: Any, stream_id: str, s: _Stream, e: Entry, c: Counter) -> None:
+        nxt = s.last_seq + 1
+        while True:
+            while nxt in s.pending:
+                outcome = self._apply(view, s.pending[nxt])
+                if outcome == "handler_error" and view.on_error == "park":
+                    s.parked = True  # the message stays in the buffer; the walk stops
+                    s.last_seq = nxt - 1
+                    return
+                del s.pending[nxt]
+                c[outcome] += 1
+                nxt += 1
+            if not s.pending:
+                s.blocked_at = s.blocked_since = None
+                break
+            if s.blocked_at != nxt:
+                s.blocked_at, s.blocked_since = nxt, e.T
+            if e.T - s.blocked_since >= view.gap_timeout:
+                reason = "timeout"
+            elif len(s.pending) > view.max_pending:
+                reason = "capacity"
+            else:
+                break
+            low = min(s.pending)
+            self.gaps.append({"view": view.name, "stream_id": stream_id, "first_missing": nxt,
+                              "last_missing": low - 1, "waited_seconds": float(e.T - s.blocked_since),
+                              "reason": reason, "batch_id": e.batch_id, "skipped_at": float(e.T)})
+            s.skipped.append((nxt, low - 1))
+            c["gaps_skipped"] += 1
+            nxt = low
+        s.last_seq = nxt - 1
+
+    def _apply(self, view: Any, m: dict) -> str:
+        try:
+            event = _Event(m)
+            handler = view.handlers.get(m["event_type"])
+            if handler is None or (view.predicate is not None and not view.predicate(event)):
+                return "ignored"
+            tx = _Tx(view, self.store, m["stream_id"])
+            handler(event, tx)
+        except Exception:
+            self._error(view, m, "handler_error")
+            return "handler_error"
+        tx.commit()
+        return "applied"
+
+    def _error(self, view: Any, m: dict, kind: str) -> None:
+        self.errors.append({"view": view.name, "kind": kind, **{k: m[k] for k in MESSAGE_FIELDS}})
+
+    def _ledger(self, view: Any, e: Entry, c: Counter, base: dict) -> None:
+        row = {"batch_id": e.batch_id, "view": view.name, "kind": e.kind}
+        for k in ("records", "malformed", "normalised"):
+            row[k] = base.get(k, 0)
+        row["selected"] = c["selected"]
+        row["unrouted"] = base.get("unrouted", 0)
+        row.update({k: c[k] for k in COUNTERS})
+        row["pending"] = sum(len(s.pending) for s in self.streams[view.name].values())
+        row["gaps_skipped"] = c["gaps_skipped"]
+        self.ledger.append(row)
+
+    def result(self) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for view in self.views.values():
+            for t in view.tables:
+                out[t.name] = [dict(r) for _, r in sorted(self.store[t.name].items())]
+        out["watermarks"] = [
+            {"view": v, "stream_id": sid, "stream_type": s.stream_type, "last_seq": s.last_seq,
+             "blocked_at": s.blocked_at, "blocked_since": None if s.blocked_since is None else float(s.blocked_since),
+             "parked": s.parked, "pending_count": len(s.pending)}
+            for v, streams in self.streams.items() for sid, s in sorted(streams.items())]
+        out["pending"] = [
+            {"view": v, "stream_id": sid, "seq": seq, "stream_type": m["stream_type"],
+             **{k: m[k] for k in MESSAGE_FIELDS if k not in ("stream_id", "seq")}}
+            for v, streams in self.streams.items() for sid, s in sorted(streams.items())
+            for seq, m in sorted(s.pending.items())]
+        out["errors"] = [dict(r) for r in self.errors]
+        out["gaps"] = [dict(r) for r in self.gaps]
+        out["batches"] = [dict(r) for r in self.ledger]
+        return out
+
+
+def run_model(entries: list[Entry], views: Any, first_seq: int = 1,
+              max_record_bytes: int = 1 << 20) -> dict[str, list[dict]]:
+    model = Model(views, first_seq, max_record_bytes)
+    for entry in entries:
+        model.process(entry)
+    return model.result()

@@ -1,0 +1,170 @@
+"""Hypothesis strategies: bank-domain scenarios (lists of `Entry`) with every kind of disorder."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from hypothesis import strategies as st
+
+from tests.reference_model import Entry
+
+T0 = 1_700_000_000.0
+OWNERS = ("ada", "bob", "chen", "dana", "émile")
+MALFORMED_LINES = (
+    "{not json",
+    "",
+    "   ",
+    "[1, 2, 3]",
+    '"just a string"',
+    '{"seq": 1, "type": "Deposited"}',
+    '{"stream_id": "", "seq": 1, "type": "Deposited"}',
+    '{"stream_id": true, "seq": 1, "type": "Deposited"}',
+    '{"stream_id": "acct-x", "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": 0, "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": -1, "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": 1.0, "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": " 1", "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": "+1", "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": true, "type": "Deposited"}',
+    '{"stream_id": "acct-x", "seq": 1}',
+    '{"stream_id": "acct-x", "seq": 1, "type": ""}',
+    '{"stream_id": "acct-x", "seq": 1, "type": "Deposited", "occurred_at": 5}',
+    '{"stream_id": "acct-x", "seq": 1, "type": "Deposited", "event_id": 1.5}',
+    '{"stream_id": "acct-x", "seq": 1, "type": "Deposited", "stream_type": ""}',
+    '{"stream_id": "acct-x", "seq": 1, "type": "Deposited", "payload": {"amount": NaN}}',
+    '{"stream_id": "acct-x", "seq": 1, "type": "Deposited", "payload": {"amount": 1e999}}',
+    b'{"stream_id": "acct-x", "seq": 1, "type": "Deposited", "payload": {"owner": "\xff"}}',
+)
+
+
+def _amount(draw) -> float | int:
+    cents = draw(st.integers(1, 50_000))
+    return cents // 100 if cents % 100 == 0 and draw(st.booleans()) else float(Decimal(cents) / 100)
+
+
+def _occurred_at(draw, seq: int) -> str:
+    hour = 20 + seq  # a few events cross midnight, and the offset moves some to another UTC day
+    day, hour = 1 + hour // 24, hour % 24
+    offset = draw(st.sampled_from(["+00:00", "Z", "-05:00", "+09:00"]))
+    return f"2024-03-{day:02d}T{hour:02d}:15:00{offset}"
+
+
+@st.composite
+def histories(draw, max_streams: int = 4, max_events: int = 40) -> list[dict]:
+    """Valid-ish in-order histories of a few accounts, as message dicts (not yet disordered)."""
+    n_streams = draw(st.integers(1, max_streams))
+    per_stream = max(1, max_events // n_streams)
+    messages = []
+    for i in range(n_streams):
+        stream_id = draw(st.sampled_from([f"acct-{i + 1}", 100 + i])) if i == 0 else f"acct-{i + 1}"
+        length, balance = draw(st.integers(1, per_stream)), Decimal(0)
+        for seq in range(1, length + 1):
+            if seq == 1:
+                event_type, payload = "AccountOpened", {"owner": draw(st.sampled_from(OWNERS))}
+            elif seq == length and length > 2 and draw(st.integers(0, 3)) == 0:
+                event_type, payload = "AccountClosed", {}
+            else:
+                event_type, amount = draw(st.sampled_from(["Deposited", "Deposited", "Withdrawn"])), _amount(draw)
+                payload = {"amount": amount}
+                balance += Decimal(str(amount)) * (1 if event_type == "Deposited" else -1)
+            message = {"stream_id": stream_id, "seq": draw(st.sampled_from([seq, seq, str(seq)])),
+                       "type": event_type, "payload": payload, "occurred_at": _occurred_at(draw, seq),
+                       "event_id": draw(st.sampled_from([f"{stream_id}-{seq}", 10_000 * (i + 1) + seq]))}
+            if event_type == "AccountClosed" and draw(st.booleans()):
+                del message["payload"]
+            messages.append(message)
+    return messages
+
+
+def _poison(draw, message: dict) -> dict:
+    message = json.loads(json.dumps(message))
+    kind = draw(st.sampled_from(["abc", "negative", "no_owner", "bad_time", "three_decimals"]))
+    payload = message.setdefault("payload", {})
+    if kind == "no_owner" and message["type"] == "AccountOpened":
+        payload.pop("owner", None)
+    elif kind == "bad_time":
+        message["occurred_at"] = draw(st.sampled_from(["yesterday", "", None]))
+    elif kind == "negative":
+        payload["amount"] = -5
+    elif kind == "three_decimals":
+        payload["amount"] = 1.005
+    else:
+        payload["amount"] = "abc"
+    return message
+
+
+@st.composite
+def _times(draw, count: int, allow_timeouts: bool) -> list[float]:
+    steps = st.sampled_from([1, 5, 30, 120, 599, 600, 601, 900, 3600]) if allow_timeouts else st.integers(1, 3)
+    times, t = [], T0
+    for _ in range(count):
+        times.append(t)
+        t += draw(steps)
+    return times
+
+
+@st.composite
+def batches_of(draw, lines: list, allow_timeouts: bool = True, ticks: bool = True,
+               shuffle: bool = False) -> list[Entry]:
+    """Split record lines into batches (optionally shuffled, optionally with ticks between them)."""
+    if shuffle:
+        lines = draw(st.permutations(lines))
+    groups, rest = [], list(lines)
+    while rest:
+        size = draw(st.integers(1, max(1, min(len(rest), 8))))
+        groups.append(rest[:size])
+        rest = rest[size:]
+    plan = []
+    for group in groups:
+        if ticks and draw(st.integers(0, 3)) == 0:
+            plan.append(None)
+        plan.append(group)
+    if ticks and draw(st.booleans()):
+        plan.append(None)
+    times = draw(_times(len(plan), allow_timeouts))
+    entries = []
+    for idx, (group, t) in enumerate(zip(plan, times), 1):
+        if group is None:
+            entries.append(Entry("tick", f"tick-{idx}", t))
+        else:
+            entries.append(Entry("batch", f"b{idx:04d}", t, lines=list(group)))
+    return entries
+
+
+@st.composite
+def scenario_lines(draw, max_streams: int = 4, max_events: int = 40, allow_conflicts: bool = True) -> list:
+    """The delivered record lines, in arrival order: disordered, duplicated, gappy, poisoned."""
+    delivered = []
+    for message in draw(histories(max_streams, max_events)):
+        if draw(st.integers(0, 9)) == 0:
+            continue  # a gap: never delivered
+        if draw(st.integers(0, 11)) == 0:
+            message = _poison(draw, message)
+        delivered.append(message)
+        if draw(st.integers(0, 7)) == 0:
+            delivered.append(message)  # exact duplicate
+        if allow_conflicts and draw(st.integers(0, 9)) == 0 and message["type"] != "AccountOpened":
+            delivered.append({**message, "payload": {"amount": _amount(draw)}, "event_id": None})
+    if draw(st.integers(0, 4)) == 0:
+        delivered.append({"stream_id": "ord-1", "stream_type": "order", "seq": 1, "type": "OrderPlaced"})
+    lines: list = [json.dumps(m, ensure_ascii=draw(st.booleans())) for m in delivered]
+    lines += draw(st.lists(st.sampled_from(MALFORMED_LINES), max_size=3))
+    return draw(st.permutations(lines))
+
+
+@st.composite
+def scenarios(draw, max_streams: int = 4, max_events: int = 40, allow_timeouts: bool = True,
+              allow_conflicts: bool = True) -> list[Entry]:
+    lines = draw(scenario_lines(max_streams, max_events, allow_conflicts))
+    return draw(batches_of(lines, allow_timeouts=allow_timeouts, ticks=True))
+
+
+def lines_of(entries: list[Entry]) -> list:
+    """Every record line of the batch entries, in arrival order."""
+    return [line for e in entries if e.kind == "batch" for line in (e.lines or [])]
+
+
+def resplit(entries: list[Entry], shuffle: bool = True) -> st.SearchStrategy[list[Entry]]:
+    """The same messages split into batches another way (small time steps, so no gap times out)."""
+    return batches_of(lines_of(entries), allow_timeouts=False, ticks=True, shuffle=shuffle)

@@ -1,0 +1,48 @@
+"""View `daily_totals`: deposits and withdrawals per UTC day, across all accounts.
+
+An aggregate table: handlers only add increments, so the order between streams never matters.
+"""
+
+from __future__ import annotations
+
+from pipelines.view import Event, Table, View, between, not_null, unique
+from views.money import amount_of, utc_day
+
+DAILY_TOTALS = Table(
+    "daily_totals",
+    columns={
+        "day": "DATE",
+        "deposits": "DECIMAL(18,2)",
+        "withdrawals": "DECIMAL(18,2)",
+        "deposit_count": "BIGINT",
+        "withdrawal_count": "BIGINT",
+    },
+    primary_key=("day",),
+    kind="aggregate",
+)
+
+
+def deposited(event: Event, tables) -> None:
+    amount, day = amount_of(event), utc_day(event)
+    tables.daily_totals.add({"day": day}, deposits=amount, deposit_count=1)
+
+
+def withdrawn(event: Event, tables) -> None:
+    amount, day = amount_of(event), utc_day(event)
+    tables.daily_totals.add({"day": day}, withdrawals=amount, withdrawal_count=1)
+
+
+VIEW = View(
+    name="daily_totals",
+    tables=(DAILY_TOTALS,),
+    subscribes=("account",),
+    handlers={"Deposited": deposited, "Withdrawn": withdrawn},
+    expectations=(
+        *not_null("daily_totals", "day", "deposits", "withdrawals", "deposit_count", "withdrawal_count"),
+        unique("daily_totals", "day"),
+        between("daily_totals", "deposits", min_value=0),
+        between("daily_totals", "withdrawals", min_value=0),
+        between("daily_totals", "deposit_count", min_value=0),
+        between("daily_totals", "withdrawal_count", min_value=0),
+    ),
+)

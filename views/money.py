@@ -1,0 +1,43 @@
+"""Validation shared by the bank views: amounts and event dates."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from pipelines.view import Event
+
+CENT = Decimal("0.01")
+MAX_AMOUNT = Decimal("9999999999999999.99")  # DECIMAL(18,2)
+
+
+class HandlerError(ValueError):
+    """A business rule refused the event; the engine logs it as a handler_error."""
+
+
+def amount_of(event: Event) -> Decimal:
+    """The event's `amount`: a JSON number > 0 with at most two decimals (money is DECIMAL(18,2))."""
+    payload = event.payload
+    amount = payload.get("amount") if isinstance(payload, dict) else None
+    if isinstance(amount, bool) or not isinstance(amount, (int, Decimal)):
+        raise HandlerError(f"amount must be a JSON number, got {amount!r}")
+    amount = Decimal(amount)
+    if not amount.is_finite() or amount <= 0:
+        raise HandlerError(f"amount must be > 0, got {amount}")
+    if amount != amount.quantize(CENT) or amount > MAX_AMOUNT:
+        raise HandlerError(f"amount {amount} does not fit DECIMAL(18,2)")
+    return amount.quantize(CENT)
+
+
+def utc_day(event: Event) -> str:
+    """The UTC calendar date of `occurred_at` (ISO 8601; a naive time is taken as UTC)."""
+    text = event.occurred_at
+    if not isinstance(text, str) or not text:
+        raise HandlerError("occurred_at is missing")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise HandlerError(f"occurred_at is not ISO 8601: {text[:64]!r}") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    return moment.date().isoformat()
