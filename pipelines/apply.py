@@ -45,6 +45,7 @@ class KeyedRows:
         unknown = row.keys() - self.table.columns.keys()
         if unknown:
             raise ValueError(f"{self.table.name}: unknown columns {sorted(unknown)}")
+        self.table.check_row(row)
         key = self._key(row)
         self._journal.append((self.rows, key, self.rows.get(key, _MISSING)))
         self.rows[key] = dict(row)
@@ -59,7 +60,7 @@ class KeyedRows:
 class AppendRows:
     """The rows a stream appends to an append-only table; only the newest row is readable."""
 
-    __slots__ = ("table", "stream_id", "newest", "appended", "_journal")
+    __slots__ = ("table", "stream_id", "newest", "appended", "_journal", "_key_cols")
 
     def __init__(self, table: Table, stream_id: str, newest: dict | None, journal: list) -> None:
         self.table = table
@@ -67,6 +68,7 @@ class AppendRows:
         self.newest = newest
         self.appended: list[dict] = []
         self._journal = journal
+        self._key_cols = table.primary_key
 
     def last(self) -> dict | None:
         return None if self.newest is None else dict(self.newest)
@@ -76,6 +78,10 @@ class AppendRows:
             raise ValueError(f"{self.table.name}: a handler may only write rows of its own stream")
         if row.keys() != self.table.columns.keys():
             raise ValueError(f"{self.table.name}: a row needs exactly the columns {list(self.table.columns)}")
+        self.table.check_row(row)
+        if self.newest is not None and (tuple(row[c] for c in self._key_cols)
+                                        <= tuple(self.newest[c] for c in self._key_cols)):
+            raise ValueError(f"{self.table.name}: appended rows need increasing primary keys")
         self._journal.append((self, None, self.newest))
         self.appended.append(dict(row))
         self.newest = self.appended[-1]

@@ -147,7 +147,7 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     if not isinstance(event_type, str) or not event_type:
         raise Malformed("type is missing" if event_type is _ABSENT else "type must be a non-empty string")
     stream_type = _get(record, mapping.stream_type)
-    if stream_type is _ABSENT or stream_type is None:
+    if stream_type is _ABSENT:
         stream_type = mapping.name
     elif not isinstance(stream_type, str) or not stream_type:
         raise Malformed("stream_type must be a non-empty string")
@@ -161,6 +161,11 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     event_id = _text_or_int(_get(record, mapping.event_id), "event_id", False)
     try:
         payload_text = canonical_json(payload)
+        for text in (stream_id, stream_type, event_type, payload_text, occurred_at, event_id):
+            if text is not None:
+                text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Malformed("text contains an unpaired UTF-16 surrogate escape") from None
     except (ValueError, TypeError) as exc:
         raise Malformed(f"payload cannot be stored as JSON: {exc}") from None
     return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
@@ -185,8 +190,6 @@ def _raw(data: bytes | str) -> str:
 
 def _jsonl_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
     """(line number, raw, parsed record or Malformed) for each line of a JSON Lines file."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

@@ -145,7 +145,9 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
 
     for entry in entries:
         arrived = by_entry.get(entry.entry_idx)
-        operator = entry.kind in ("retry", "skip") and entry.target_stream == stream_id
+        operator = entry.kind in ("retry", "skip")
+        if operator and entry.target_stream != stream_id:
+            continue  # an operator action concerns one stream only
         if arrived is None and not pending and not operator:
             continue
         last_entry = entry.entry_idx

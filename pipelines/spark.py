@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Mapping
 
 from pyspark.sql import SparkSession
@@ -14,6 +15,8 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "4g",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.python.worker.reuse": "true",
 }
 
 
@@ -35,7 +38,12 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         settings = {**DEFAULT_CONF, **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    # pyspark warns about pandas 3 on every Arrow call; inorder exchanges Arrow, not pandas
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    session = builder.getOrCreate()
+    if not master.startswith("sc://"):
+        session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def shuffle_partitions(spark: SparkSession) -> int:

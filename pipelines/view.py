@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from decimal import Decimal
 from typing import Any, Callable, Literal, Mapping
 
@@ -63,6 +64,25 @@ class Table:
     @property
     def decimal_columns(self) -> tuple[str, ...]:
         return tuple(c for c, t in self.columns.items() if t.startswith("DECIMAL"))
+
+    @cached_property
+    def numeric_limits(self) -> tuple[tuple[str, int | Decimal], ...]:
+        """(column, exclusive bound of its absolute value) for DECIMAL and integer columns."""
+        limits: list[tuple[str, int | Decimal]] = []
+        for column, sql_type in self.columns.items():
+            if sql_type.startswith("DECIMAL"):
+                precision, scale = map(int, sql_type[8:-1].split(","))
+                limits.append((column, Decimal(10) ** (precision - scale)))
+            elif sql_type in ("BIGINT", "INTEGER"):
+                limits.append((column, 1 << (63 if sql_type == "BIGINT" else 31)))
+        return tuple(limits)
+
+    def check_row(self, row: Mapping[str, Any]) -> None:
+        """Refuse values the column type cannot hold, so a bad row fails its handler, not the commit."""
+        for column, bound in self.numeric_limits:
+            value = row.get(column)
+            if value is not None and not -bound < value < bound:
+                raise ValueError(f"{self.name}.{column}: {value} is out of range for {self.columns[column]}")
 
     @property
     def value_columns(self) -> tuple[str, ...]:

@@ -1,0 +1,161 @@
+"""The `inorder` command line. Every command reads INORDER_HOME (default ./.inorder)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pipelines.store import Home
+
+
+def _progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _iso_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
+    return value
+
+
+def _spark():
+    from pipelines.spark import spark_session
+
+    return spark_session()
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from views.bank_generator import GeneratorConfig, generate
+
+    paths = generate(Path(args.out), GeneratorConfig(args.events, args.streams, args.batches, args.disorder,
+                                                     args.duplicates, args.gaps, args.poison, args.seed))
+    print(f"wrote {len(paths)} batch files with {args.events} events to {args.out}")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from pipelines.run import run
+    from views import ALL_VIEWS
+
+    report = run(_spark(), Home.from_env(), ALL_VIEWS, now=args.now, progress=_progress)
+    archived = [r for r in report.ingested if r.status == "archived"]
+    records = sum(r.records for r in archived)
+    rejected = [r for r in report.ingested if r.status == "rejected"]
+    what = f"{len(archived)} batches, {records} records" if report.ingested else "a tick"
+    rate = f", {records / report.seconds:,.0f} records/s" if records else ""
+    print(f"ran {what} in {report.seconds:.1f}s{rate}; {report.entries_projected} entries projected"
+          + (f"; {len(rejected)} files rejected" if rejected else ""))
+    for r in rejected:
+        print(f"rejected {r.batch_id}: {r.reason}")
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    from pipelines.status import format_status, open_read_only, read_status
+    from views import ALL_VIEWS
+
+    con = open_read_only(Home.from_env())
+    try:
+        print(format_status(read_status(con, ALL_VIEWS)))
+    finally:
+        con.close()
+
+
+def cmd_errors(args: argparse.Namespace) -> None:
+    from pipelines.status import open_read_only
+
+    con = open_read_only(Home.from_env())
+    try:
+        rows = con.execute(
+            "SELECT kind, coalesce(view, '-'), coalesce(stream_id, '-'), coalesce(seq::VARCHAR, '-'), batch_id, "
+            "line, coalesce(reason, message) FROM inorder.errors "
+            "WHERE (? IS NULL OR view = ?) AND (? IS NULL OR kind = ?) ORDER BY error_id LIMIT ?",
+            [args.view, args.view, args.kind, args.kind, args.limit]).fetchall()
+    finally:
+        con.close()
+    for kind, view, stream_id, seq, batch_id, line, reason in rows:
+        print(f"{kind}\t{view}\t{stream_id}\t{seq}\t{batch_id}:{line}\t{reason}")
+    print(f"{len(rows)} errors shown (limit {args.limit})", file=sys.stderr)
+
+
+def cmd_operator(args: argparse.Namespace) -> None:
+    from pipelines.run import operator_action
+    from views import ALL_VIEWS, view_named
+
+    operator_action(_spark(), Home.from_env(), ALL_VIEWS, view_named(args.view), args.stream, args.command,
+                    progress=_progress)
+    print(f"{args.command} of {args.view}/{args.stream} committed")
+
+
+def cmd_rebuild(args: argparse.Namespace) -> None:
+    from pipelines.run import rebuild
+    from views import ALL_VIEWS, view_named
+
+    started = time.perf_counter()
+    passes, entries = rebuild(_spark(), Home.from_env(), ALL_VIEWS, view_named(args.view), progress=_progress)
+    print(f"rebuilt {args.view}: {entries} entries replayed in {passes} passes, {time.perf_counter() - started:.1f}s")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="inorder", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="write bank demo batches")
+    g.add_argument("--out", required=True)
+    g.add_argument("--events", type=int, default=10_000)
+    g.add_argument("--streams", type=int, default=100)
+    g.add_argument("--batches", type=int, default=10)
+    g.add_argument("--disorder", type=_fraction, default=0.1)
+    g.add_argument("--duplicates", type=_fraction, default=0.02)
+    g.add_argument("--gaps", type=_fraction, default=0.005)
+    g.add_argument("--poison", type=_fraction, default=0.005)
+    g.add_argument("--seed", type=int, default=7)
+    g.set_defaults(func=cmd_generate)
+    r = sub.add_parser("run", help="ingest new batches (or tick) and project them")
+    r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
+    r.set_defaults(func=cmd_run)
+    sub.add_parser("status", help="per-view summary").set_defaults(func=cmd_status)
+    e = sub.add_parser("errors", help="list the error log")
+    e.add_argument("--view")
+    e.add_argument("--kind", choices=("malformed", "handler_error", "late", "conflict"))
+    e.add_argument("--limit", type=int, default=100)
+    e.set_defaults(func=cmd_errors)
+    for action in ("retry", "skip"):
+        o = sub.add_parser(action, help=f"{action} a parked stream")
+        o.add_argument("--view", required=True)
+        o.add_argument("--stream", required=True)
+        o.set_defaults(func=cmd_operator)
+    b = sub.add_parser("rebuild", help="truncate a view and replay the archive")
+    b.add_argument("view")
+    b.set_defaults(func=cmd_rebuild)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        print("inorder: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
+        if os.environ.get("INORDER_DEBUG"):
+            raise
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"inorder: error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
