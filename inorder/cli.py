@@ -55,7 +55,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     rejected = [r for r in report.ingested if r.status == "rejected"]
     what = f"{len(archived)} batches, {records} records" if report.ingested else "a tick"
     rate = f", {records / report.seconds:,.0f} records/s" if records else ""
-    print(f"ran {what} in {report.seconds:.1f}s{rate}; {report.entries_projected} entries projected"
+    stats = report.projection
+    print(f"ran {what} in {report.seconds:.1f}s{rate}; {stats.entries} entries projected, "
+          f"{stats.handler_calls} handler calls"
           + (f"; {len(rejected)} files rejected" if rejected else ""))
     for r in rejected:
         print(f"rejected {r.batch_id}: {r.reason}")
@@ -93,8 +95,8 @@ def cmd_operator(args: argparse.Namespace) -> None:
     from pipelines.run import operator_action
     from views import ALL_VIEWS, view_named
 
-    operator_action(_spark(), Home.from_env(), ALL_VIEWS, view_named(args.view), args.stream, args.command,
-                    progress=_progress)
+    view = view_named(args.view)
+    operator_action(_spark(), Home.from_env(), ALL_VIEWS, view, args.stream, args.command, progress=_progress)
     print(f"{args.command} of {args.view}/{args.stream} committed")
 
 
@@ -103,8 +105,10 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     from views import ALL_VIEWS, view_named
 
     started = time.perf_counter()
-    passes, entries = rebuild(_spark(), Home.from_env(), ALL_VIEWS, view_named(args.view), progress=_progress)
-    print(f"rebuilt {args.view}: {entries} entries replayed in {passes} passes, {time.perf_counter() - started:.1f}s")
+    view = view_named(args.view)
+    stats = rebuild(_spark(), Home.from_env(), ALL_VIEWS, view, progress=_progress)
+    print(f"rebuilt {args.view}: {stats.entries} entries replayed in {stats.passes} passes, "
+          f"{time.perf_counter() - started:.1f}s")
 
 
 def parser() -> argparse.ArgumentParser:

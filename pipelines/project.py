@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
@@ -220,7 +221,11 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
     pending: list[tuple] = []
     new: list[tuple] = []
 
+    walk_seconds = 0.0
+
     def flush_group() -> None:
+        nonlocal walk_seconds
+        started = time.perf_counter()
         view_name, stream_id = group_key
         view = views[view_name]
         state = _decode_state(view, state_text, first_seq) if state_text else StreamState(last_seq=first_seq - 1)
@@ -228,6 +233,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
             state.last_seq = first_seq - 1
         walk_stream(view, stream_id, state, pending, new, entries[view_name], out,
                     aggregates.setdefault(view_name, {}))
+        walk_seconds += time.perf_counter() - started
 
     for batch in batches:
         cols = batch.to_pydict()
@@ -255,6 +261,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
         flush_group()
     for (view_name, entry_idx, name), n in out.counts.items():
         out.emit("count", view_name, "", entry_idx, name, n)
+    out.emit("count", "", "", 0, "walk_us", int(walk_seconds * 1e6))
     for view_name, tables in aggregates.items():
         for table_name, sums in tables.items():
             if sums:

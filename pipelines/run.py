@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from pipelines.commit import commit_pass
@@ -24,11 +26,32 @@ def _quiet(message: str) -> None:
 
 
 @dataclass
+class ProjectionStats:
+    passes: int = 0
+    entries: int = 0
+    selected: int = 0
+    handler_calls: int = 0
+    walk_seconds: float = 0.0  # time inside the ordering walk and handlers, summed over executors
+    spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, collect)
+    commit_seconds: float = 0.0
+
+    def add(self, out: pa.Table) -> None:
+        counts = out.filter(pc.equal(out["kind"], "count"))
+        for name, n in zip(counts["name"].to_pylist(), counts["n"].to_pylist()):
+            if name == "selected":
+                self.selected += n
+            elif name in ("applied", "handler_error"):
+                self.handler_calls += n
+            elif name == "walk_us":
+                self.walk_seconds += n / 1e6
+
+
+@dataclass
 class RunReport:
     ingested: list[IngestResult] = field(default_factory=list)
     tick_entry: int | None = None
-    passes: int = 0
-    entries_projected: int = 0
+    projection: ProjectionStats = field(default_factory=ProjectionStats)
+    ingest_seconds: float = 0.0
     seconds: float = 0.0
 
 
@@ -41,21 +64,23 @@ def now_us(now: datetime | None) -> int:
 
 
 def project(spark: SparkSession, store: Store, home: Home, views: Sequence[View], selected: Sequence[View],
-            mapping: SourceMapping, progress: Progress = _quiet) -> tuple[int, int]:
-    """Project every archived entry not yet committed for the `selected` views, pass by pass.
-
-    Returns (passes, entries projected)."""
+            mapping: SourceMapping, progress: Progress = _quiet) -> ProjectionStats:
+    """Project every archived entry not yet committed for the `selected` views, pass by pass."""
     subscribed = {t for v in views for t in v.subscribes}
     plans = plan_passes(store, selected)
-    done = 0
+    stats = ProjectionStats(passes=len(plans))
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
         out, files = run_pass(spark, store, home, list(selected), plan, mapping.first_seq)
+        spark_done = time.perf_counter()
         commit_pass(store, list(selected), plan, out, files, subscribed)
-        done += len(plan.entries)
+        stats.spark_seconds += spark_done - started
+        stats.commit_seconds += time.perf_counter() - spark_done
+        stats.entries += len(plan.entries)
+        stats.add(out)
         progress(f"pass {i}/{len(plans)}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
                  f"in {time.perf_counter() - started:.1f}s")
-    return len(plans), done
+    return stats
 
 
 def run(spark: SparkSession, home: Home, views: Sequence[View], now: datetime | None = None,
@@ -69,18 +94,19 @@ def run(spark: SparkSession, home: Home, views: Sequence[View], now: datetime | 
         if now is None:  # the wall clock may lag a time recorded earlier; logical time never goes back
             t_us = max(t_us, store.last_logical_time_us() or t_us)
         report.ingested = ingest_landing(store, home, mapping, t_us, progress)
+        report.ingest_seconds = time.perf_counter() - started
         if not report.ingested:
             check_logical_time(store, t_us)
             report.tick_entry = record_entry(store, "tick", t_us)
             progress(f"no new batch: tick at {datetime.fromtimestamp(t_us / 1e6, timezone.utc).isoformat()}")
-        report.passes, report.entries_projected = project(
+        report.projection = project(
             spark, store, home, views, selected or views, mapping, progress)
     report.seconds = time.perf_counter() - started
     return report
 
 
 def rebuild(spark: SparkSession, home: Home, views: Sequence[View], view: View,
-            progress: Progress = _quiet) -> tuple[int, int]:
+            progress: Progress = _quiet) -> ProjectionStats:
     """Truncate `view` and its state, then replay the archive with the recorded logical times."""
     mapping = source_mapping(home)
     with Store.open(home, views) as store:

@@ -350,6 +350,7 @@ class Model:
                 if outcome == "handler_error" and view.on_error == "park":
                     s.parked = True  # the message stays in the buffer; the walk stops
                     s.last_seq = nxt - 1
+                    s.blocked_at = s.blocked_since = None  # parked, not waiting at a gap
                     return
                 del s.pending[nxt]
                 c[outcome] += 1

@@ -10,38 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import T0, batch, dep, msg, opened, tick, wd
 from tests.reference_model import Entry, normalise, run_model, split_lines
 from tests.strategies import resplit, scenarios
 from views import ALL_VIEWS
 from views import accounts as accounts_view
 
-T0 = 1_700_000_000.0
 VIEW_TABLES = ("accounts", "account_activity", "daily_totals")
-
-
-def msg(stream, seq, event_type, occurred_at="2024-03-01T10:00:00+00:00", **payload) -> str:
-    return json.dumps({"stream_id": stream, "seq": seq, "type": event_type, "payload": payload,
-                       "occurred_at": occurred_at, "event_id": f"{stream}-{seq}"})
-
-
-def opened(stream, seq=1, owner="ada"):
-    return msg(stream, seq, "AccountOpened", owner=owner)
-
-
-def dep(stream, seq, amount):
-    return msg(stream, seq, "Deposited", amount=amount)
-
-
-def wd(stream, seq, amount):
-    return msg(stream, seq, "Withdrawn", amount=amount)
-
-
-def batch(n, t, *lines):
-    return Entry("batch", f"b{n}", T0 + t, lines=list(lines))
-
-
-def tick(n, t):
-    return Entry("tick", f"tick-{n}", T0 + t)
 
 
 def rows(out, table, **where):

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything inorder needs into ./.venv (idempotent). Needs Python >= 3.11 and Java 17.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "inorder needs Python >= 3.11 (tried '$PYTHON'; set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+
+if ! java -version >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "Java not found: installing openjdk-17-jre-headless (running as root)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "inorder needs Java 17 for Spark, and 'java' is not on PATH." >&2
+    echo "Install it, e.g. 'sudo apt-get install openjdk-17-jre-headless' (Debian/Ubuntu)," >&2
+    echo "'brew install openjdk@17' (macOS), or set JAVA_HOME and put \$JAVA_HOME/bin on PATH." >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip==26.3
+# requirements.lock pins every package (with test tools) to versions seen working together
+.venv/bin/python -m pip install -q -r requirements.lock
+.venv/bin/python -m pip install -q --no-deps -e .
