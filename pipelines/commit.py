@@ -104,20 +104,18 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table, 
             WHERE p.view = t.view AND p.stream_id = t.stream_id""")
         con.execute("""
             INSERT INTO inorder.pending
-            SELECT view, stream_id, (data->>'seq')::BIGINT, data->>'stream_type', data->>'event_type',
-                   data->>'payload', data->>'occurred_at', data->>'event_id', data->>'batch_id',
-                   (data->>'line')::BIGINT, (data->>'entry_idx')::BIGINT
+            SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
+                   msg_entry_idx
             FROM pass_out WHERE kind = 'pending'""")
         con.execute("""
             INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
                                         batch_id, line, reason, exception_type, message, traceback, logged_at,
                                         entry_idx)
-            SELECT view, stream_id, (data->>'seq')::BIGINT, name, data->>'event_type', data->>'payload',
-                   data->>'occurred_at', data->>'event_id', data->>'batch_id', (data->>'line')::BIGINT,
+            SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
                    data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
                    make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
             FROM pass_out WHERE kind = 'error'
-            ORDER BY entry_idx, view, stream_id, (data->>'seq')::BIGINT, (data->>'line')::BIGINT""")
+            ORDER BY entry_idx, view, stream_id, seq, line""")
         con.execute("""
             INSERT INTO inorder.gaps
             SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,

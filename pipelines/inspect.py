@@ -11,7 +11,6 @@ import io
 import json
 import math
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -47,11 +46,6 @@ def _finite_float(text: str) -> float:
     if math.isinf(value):
         raise Malformed(f"invalid JSON: number {text[:40]} is out of range")
     return value
-
-
-def decode_json(text: str) -> Any:
-    """JSON for handlers: numbers with a fraction become exact Decimals (money must not drift)."""
-    return json.loads(text, parse_float=Decimal)
 
 
 def canonical_json(value: Any) -> str:

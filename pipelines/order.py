@@ -50,15 +50,17 @@ class PassOutput:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, int, str], int] = {}
-        self.records: list[tuple[str, str, str, int, str, Any]] = []  # (kind, view, stream, entry, name, data)
+        # (kind, view, stream, entry, name, data, message tuple or None)
+        self.records: list[tuple[str, str, str, int, str, Any, tuple | None]] = []
         self.aggregates: dict[str, dict[str, dict]] = {}  # view -> table -> key -> sums
 
     def count(self, view: str, entry_idx: int, outcome: str, n: int = 1) -> None:
         key = (view, entry_idx, outcome)
         self.counts[key] = self.counts.get(key, 0) + n
 
-    def emit(self, kind: str, view: str, stream_id: str, entry_idx: int, name: str, data: Any) -> None:
-        self.records.append((kind, view, stream_id, entry_idx, name, data))
+    def emit(self, kind: str, view: str, stream_id: str, entry_idx: int, name: str, data: Any,
+             msg: tuple | None = None) -> None:
+        self.records.append((kind, view, stream_id, entry_idx, name, data, msg))
 
 
 def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:
@@ -69,12 +71,6 @@ def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:
 def _event(msg: tuple, stream_id: str) -> Event:
     return Event(stream_id, msg[STREAM_TYPE], msg[SEQ], msg[TYPE], msg[PAYLOAD], msg[OCCURRED],
                  msg[EVENT_ID], msg[BATCH])
-
-
-def _message_data(msg: tuple) -> dict:
-    return {"seq": msg[SEQ], "entry_idx": msg[ENTRY], "line": msg[LINE], "batch_id": msg[BATCH],
-            "event_type": msg[TYPE], "payload": msg[PAYLOAD], "occurred_at": msg[OCCURRED],
-            "event_id": msg[EVENT_ID], "stream_type": msg[STREAM_TYPE]}
 
 
 def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: list[tuple],
@@ -96,27 +92,22 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
     gap_timeout_us = int(round(view.gap_timeout * 1_000_000))
     last_entry = 0
 
-    def apply_one(msg: tuple, entry: PassEntry) -> bool:
-        """Apply a ready message; False when it parks the stream."""
-        outcome, exc = applier.apply(_event(msg, stream_id))
-        if exc is not None:
-            exc_type, message, trace = describe_exception(exc)
-            out.emit("error", name, stream_id, entry.entry_idx, "handler_error",
-                     {**_message_data(msg), "reason": f"{exc_type}: {message}", "exception_type": exc_type,
-                      "message": message, "traceback": trace, "logged_at_us": entry.t_us})
-            if view.on_error == "park":
-                return False
-        out.count(name, entry.entry_idx, outcome)
-        return True
-
     def walk(entry: PassEntry) -> None:
         nxt = state.last_seq + 1
+        done = {"applied": 0, "ignored": 0, "handler_error": 0}
         while True:
             msg = pending.get(nxt)
             if msg is not None:
-                if not apply_one(msg, entry):
-                    state.parked = True
-                    break
+                outcome, exc = applier.apply(_event(msg, stream_id))
+                if exc is not None:
+                    exc_type, message, trace = describe_exception(exc)
+                    out.emit("error", name, stream_id, entry.entry_idx, "handler_error",
+                             {"reason": f"{exc_type}: {message}", "exception_type": exc_type, "message": message,
+                              "traceback": trace, "logged_at_us": entry.t_us}, msg)
+                    if view.on_error == "park":  # the message stays buffered; an operator decides
+                        state.parked = True
+                        break
+                done[outcome] += 1
                 del pending[nxt]
                 nxt += 1
                 continue
@@ -142,6 +133,9 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         state.last_seq = nxt - 1
         if state.parked:
             state.blocked_at = state.blocked_since_us = None
+        for outcome, n in done.items():
+            if n:
+                out.count(name, entry.entry_idx, outcome, n)
 
     for entry in entries:
         arrived = by_entry.get(entry.entry_idx)
@@ -151,15 +145,16 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         if arrived is None and not pending and not operator:
             continue
         last_entry = entry.entry_idx
+        if arrived:
+            out.count(name, entry.entry_idx, "selected", len(arrived))
         for msg in arrived or ():
-            out.count(name, entry.entry_idx, "selected")
             seq = msg[SEQ]
             if seq <= state.last_seq:
                 if _in_skipped(state.skipped, seq):
                     out.count(name, entry.entry_idx, "late")
                     out.emit("error", name, stream_id, entry.entry_idx, "late",
-                             {**_message_data(msg), "reason": f"seq {seq} arrived after its gap was skipped",
-                              "logged_at_us": entry.t_us})
+                             {"reason": f"seq {seq} arrived after its gap was skipped",
+                              "logged_at_us": entry.t_us}, msg)
                 else:
                     out.count(name, entry.entry_idx, "duplicate")
                 continue
@@ -171,10 +166,9 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
             else:
                 out.count(name, entry.entry_idx, "conflict")
                 out.emit("error", name, stream_id, entry.entry_idx, "conflict",
-                         {**_message_data(msg),
-                          "reason": f"seq {seq} differs from the first received "
+                         {"reason": f"seq {seq} differs from the first received "
                                     f"(batch {first[BATCH]}, line {first[LINE]})",
-                          "logged_at_us": entry.t_us})
+                          "logged_at_us": entry.t_us}, msg)
         if operator and state.parked:
             state.parked = False
             if entry.kind == "skip":
@@ -190,7 +184,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
               "blocked_since_us": state.blocked_since_us, "parked": state.parked,
               "pending_count": len(pending)})
     for msg in sorted(pending.values()):
-        out.emit("pending", name, stream_id, msg[ENTRY], "", _message_data(msg))
+        out.emit("pending", name, stream_id, msg[ENTRY], "", None, msg)
     for table in view.tables:
         member = applier.tables[table.name]
         if table.kind == "keyed":

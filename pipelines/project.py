@@ -33,11 +33,18 @@ INPUT_SCHEMA = pa.schema([
     ("payload", pa.string()), ("occurred_at", pa.string()), ("event_id", pa.string()),
     ("stream_type", pa.string()), ("state", pa.string()),
 ])
+# Pending messages and error rows carry their message in typed columns (no JSON round trip).
+_MESSAGE_COLUMNS = [
+    ("seq", pa.int64()), ("msg_entry_idx", pa.int64()), ("line", pa.int64()), ("batch_id", pa.string()),
+    ("event_type", pa.string()), ("payload", pa.string()), ("occurred_at", pa.string()),
+    ("event_id", pa.string()), ("stream_type", pa.string()),
+]  # the order of a walker message tuple (pipelines/order.py)
 OUTPUT_SCHEMA = pa.schema([
     ("kind", pa.string()), ("view", pa.string()), ("stream_id", pa.string()), ("entry_idx", pa.int64()),
-    ("name", pa.string()), ("n", pa.int64()), ("data", pa.string()),
+    ("name", pa.string()), ("n", pa.int64()), ("data", pa.string()), *_MESSAGE_COLUMNS,
 ])
-_OUTPUT_SPARK_SCHEMA = "kind string, view string, stream_id string, entry_idx long, name string, n long, data string"
+_SPARK_TYPES = {pa.string(): "string", pa.int64(): "long"}
+_OUTPUT_SPARK_SCHEMA = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in OUTPUT_SCHEMA)
 _FLUSH_EVERY = 20_000
 
 
@@ -191,9 +198,13 @@ def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
     return state
 
 
+_NO_MESSAGE = (None,) * len(_MESSAGE_COLUMNS)
+
+
 def _output_batch(records: list[tuple]) -> pa.RecordBatch:
     kinds, views, streams, entries, names, ns, datas = [], [], [], [], [], [], []
-    for kind, view, stream_id, entry_idx, name, data in records:
+    messages = []
+    for kind, view, stream_id, entry_idx, name, data, msg in records:
         kinds.append(kind)
         views.append(view)
         streams.append(stream_id)
@@ -204,11 +215,14 @@ def _output_batch(records: list[tuple]) -> pa.RecordBatch:
             datas.append(None)
         else:
             ns.append(None)
-            datas.append(dumps(data))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(kinds, pa.string()), pa.array(views, pa.string()), pa.array(streams, pa.string()),
-         pa.array(entries, pa.int64()), pa.array(names, pa.string()), pa.array(ns, pa.int64()),
-         pa.array(datas, pa.string())], schema=OUTPUT_SCHEMA)
+            datas.append(None if data is None else dumps(data))
+        messages.append(_NO_MESSAGE if msg is None else msg)
+    message_columns = list(zip(*messages)) if messages else [[] for _ in _MESSAGE_COLUMNS]
+    arrays = [pa.array(kinds, pa.string()), pa.array(views, pa.string()), pa.array(streams, pa.string()),
+              pa.array(entries, pa.int64()), pa.array(names, pa.string()), pa.array(ns, pa.int64()),
+              pa.array(datas, pa.string())]
+    arrays += [pa.array(column, dtype) for column, (_, dtype) in zip(message_columns, _MESSAGE_COLUMNS)]
+    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_SCHEMA)
 
 
 def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str, View],
@@ -237,12 +251,16 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
 
     for batch in batches:
         cols = batch.to_pydict()
-        view_col, stream_col, rec_col = cols["view"], cols["stream_id"], cols["rec_type"]
-        seq_col, entry_col, line_col, batch_col = cols["seq"], cols["entry_idx"], cols["line"], cols["batch_id"]
-        type_col, payload_col, occurred_col = cols["event_type"], cols["payload"], cols["occurred_at"]
-        id_col, stype_col, state_col = cols["event_id"], cols["stream_type"], cols["state"]
-        for i in range(batch.num_rows):
-            key = (view_col[i], stream_col[i])
+        view_col, stream_col, rec_col, state_col = cols["view"], cols["stream_id"], cols["rec_type"], cols["state"]
+        message_rows = list(zip(cols["seq"], cols["entry_idx"], cols["line"], cols["batch_id"], cols["event_type"],
+                                cols["payload"], cols["occurred_at"], cols["event_id"], cols["stream_type"]))
+        start = 0
+        n = batch.num_rows
+        while start < n:
+            key = (view_col[start], stream_col[start])
+            end = start + 1
+            while end < n and stream_col[end] == key[1] and view_col[end] == key[0]:
+                end += 1
             if key != group_key:
                 if group_key is not None:
                     flush_group()
@@ -250,13 +268,16 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
                         yield _output_batch(out.records)
                         out.records.clear()
                 group_key, state_text, pending, new = key, None, [], []
-            rec = rec_col[i]
-            if rec == STATE:
-                state_text = state_col[i]
-                continue
-            msg = (seq_col[i], entry_col[i], line_col[i], batch_col[i], type_col[i], payload_col[i],
-                   occurred_col[i], id_col[i], stype_col[i])
-            (pending if rec == PENDING else new).append(msg)
+            for i in range(start, end):
+                rec = rec_col[i]
+                if rec == NEW:
+                    new.extend(message_rows[i:end])  # new messages sort last within a group
+                    break
+                if rec == STATE:
+                    state_text = state_col[i]
+                else:
+                    pending.append(message_rows[i])
+            start = end
     if group_key is not None:
         flush_group()
     for (view_name, entry_idx, name), n in out.counts.items():

@@ -5,6 +5,7 @@ A view author writes a `View` in `views/`; the engine reads nothing else about i
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -177,11 +178,13 @@ class Event:
     @property
     def payload(self) -> Any:
         if self._payload is None:
-            from pipelines.inspect import decode_json
-
-            self._payload = decode_json(self.payload_json)
+            self._payload = _decode_payload(self.payload_json)
         return self._payload
 
 
-def to_decimal(value: Any) -> Decimal:
-    return value if isinstance(value, Decimal) else Decimal(str(value))
+_PAYLOAD_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+
+def _decode_payload(text: str) -> Any:
+    """Payloads are canonical JSON; numbers with a fraction become exact Decimals (money must not drift)."""
+    return _PAYLOAD_DECODER.raw_decode(text)[0]

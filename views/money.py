@@ -18,15 +18,20 @@ class HandlerError(ValueError):
 def amount_of(event: Event) -> Decimal:
     """The event's `amount`: a JSON number > 0 with at most two decimals (money is DECIMAL(18,2))."""
     payload = event.payload
-    amount = payload.get("amount") if isinstance(payload, dict) else None
-    if isinstance(amount, bool) or not isinstance(amount, (int, Decimal)):
+    amount = payload.get("amount") if type(payload) is dict else None
+    kind = type(amount)
+    if kind is int:
+        amount = Decimal(amount)
+    elif kind is not Decimal:  # bool, str, None, objects: not a JSON number
         raise HandlerError(f"amount must be a JSON number, got {amount!r}")
-    amount = Decimal(amount)
-    if not amount.is_finite() or amount <= 0:
+    if not amount > 0:
         raise HandlerError(f"amount must be > 0, got {amount}")
-    if amount != amount.quantize(CENT) or amount > MAX_AMOUNT:
+    if amount > MAX_AMOUNT:
         raise HandlerError(f"amount {amount} does not fit DECIMAL(18,2)")
-    return amount.quantize(CENT)
+    cents = amount.quantize(CENT)
+    if cents != amount:
+        raise HandlerError(f"amount {amount} has more than two decimals")
+    return cents
 
 
 def utc_day(event: Event) -> str:
