@@ -13,17 +13,19 @@ from typing import Any, Iterable
 from pipelines.view import Event, Table, View
 
 _MISSING = object()
+_NUMBERS = (int, float, Decimal)  # exact types: bool is not a number here
 _TRACEBACK_LIMIT = 8000
 
 
 class KeyedRows:
     """The rows of one stream in a keyed table, by primary key."""
 
-    __slots__ = ("table", "stream_id", "rows", "_journal", "_key_cols", "_single")
+    __slots__ = ("table", "stream_id", "rows", "_journal", "_key_cols", "_single", "_columns")
 
     def __init__(self, table: Table, stream_id: str, rows: Iterable[dict], journal: list) -> None:
         self.table = table
         self.stream_id = stream_id
+        self._columns = frozenset(table.columns)
         self._key_cols = table.primary_key
         self._single = len(table.primary_key) == 1
         self.rows: dict[Any, dict] = {self._key(r): r for r in rows}
@@ -42,9 +44,8 @@ class KeyedRows:
     def put(self, row: dict) -> None:
         if row.get(self.table.stream_key) != self.stream_id:
             raise ValueError(f"{self.table.name}: a handler may only write rows of its own stream")
-        unknown = row.keys() - self.table.columns.keys()
-        if unknown:
-            raise ValueError(f"{self.table.name}: unknown columns {sorted(unknown)}")
+        if not row.keys() <= self._columns:
+            raise ValueError(f"{self.table.name}: unknown columns {sorted(row.keys() - self._columns)}")
         self.table.check_row(row)
         key = self._key(row)
         self._journal.append((self.rows, key, self.rows.get(key, _MISSING)))
@@ -60,7 +61,7 @@ class KeyedRows:
 class AppendRows:
     """The rows a stream appends to an append-only table; only the newest row is readable."""
 
-    __slots__ = ("table", "stream_id", "newest", "appended", "_journal", "_key_cols")
+    __slots__ = ("table", "stream_id", "newest", "appended", "_journal", "_key_cols", "_columns")
 
     def __init__(self, table: Table, stream_id: str, newest: dict | None, journal: list) -> None:
         self.table = table
@@ -69,6 +70,7 @@ class AppendRows:
         self.appended: list[dict] = []
         self._journal = journal
         self._key_cols = table.primary_key
+        self._columns = frozenset(table.columns)
 
     def last(self) -> dict | None:
         return None if self.newest is None else dict(self.newest)
@@ -76,7 +78,7 @@ class AppendRows:
     def append(self, row: dict) -> None:
         if row.get(self.table.stream_key) != self.stream_id:
             raise ValueError(f"{self.table.name}: a handler may only write rows of its own stream")
-        if row.keys() != self.table.columns.keys():
+        if row.keys() != self._columns:
             raise ValueError(f"{self.table.name}: a row needs exactly the columns {list(self.table.columns)}")
         self.table.check_row(row)
         if self.newest is not None and (tuple(row[c] for c in self._key_cols)
@@ -90,30 +92,35 @@ class AppendRows:
 class AggregateIncrements:
     """Commutative increments to a table shared by all streams, summed per key."""
 
-    __slots__ = ("table", "sums", "_journal", "_key_cols", "_value_cols")
+    __slots__ = ("table", "sums", "_journal", "_key_cols", "_key_set", "_value_cols")
 
     def __init__(self, table: Table, sums: dict, journal: list) -> None:
         self.table = table
         self.sums = sums
         self._journal = journal
         self._key_cols = table.primary_key
-        self._value_cols = set(table.value_columns)
+        self._key_set = frozenset(table.primary_key)
+        self._value_cols = frozenset(table.value_columns)
 
     def add(self, key: dict, **increments: Any) -> None:
-        if key.keys() != set(self._key_cols):
+        if key.keys() != self._key_set:
             raise ValueError(f"{self.table.name}: key must have exactly {list(self._key_cols)}")
-        unknown = increments.keys() - self._value_cols
-        if unknown:
-            raise ValueError(f"{self.table.name}: unknown columns {sorted(unknown)}")
-        k = tuple(key[c] for c in self._key_cols)
-        current = self.sums.get(k)
-        self._journal.append((self.sums, k, _MISSING if current is None else dict(current)))
-        if current is None:
-            current = self.sums[k] = {}
+        if not increments.keys() <= self._value_cols:
+            raise ValueError(f"{self.table.name}: unknown columns {sorted(increments.keys() - self._value_cols)}")
         for column, amount in increments.items():
-            if isinstance(amount, bool) or not isinstance(amount, (int, float, Decimal)):
-                raise TypeError(f"{self.table.name}.{column}: increment must be a number")
-            current[column] = current.get(column, 0) + amount
+            if type(amount) not in _NUMBERS:
+                raise TypeError(f"{self.table.name}.{column}: increment must be a number, got {amount!r}")
+        k = key[self._key_cols[0]] if len(self._key_cols) == 1 else tuple(key[c] for c in self._key_cols)
+        current = self.sums.get(k)
+        if current is None:
+            self._journal.append((self.sums, k, _MISSING))
+            self.sums[k] = increments
+            return
+        self._journal.append((self.sums, k, current))
+        merged = dict(current)
+        for column, amount in increments.items():
+            merged[column] = merged.get(column, 0) + amount
+        self.sums[k] = merged
 
 
 class Tables:

@@ -7,7 +7,9 @@ registered, so a registered entry always has its archive. `received_at` is fixed
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,9 @@ import pyarrow.parquet as pq
 
 from pipelines.inspect import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from pipelines.store import Home, Store, utc_from_us
+
+
+_PARALLEL_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
 
 class LogicalTimeError(ValueError):
@@ -81,23 +86,31 @@ def _write_archive(home: Home, entry_idx: int, batch: InspectedBatch) -> None:
     os.replace(tmp, target)
 
 
-def ingest_file(store: Store, home: Home, path: Path, mapping: SourceMapping, t_us: int) -> IngestResult:
-    """Inspect, archive and register one landing file as the next entry."""
-    entry_idx = store.next_entry_idx()
-    batch_id = batch_id_of(path)
+def _inspect(home: Home, path: Path, batch_id: str, entry_idx: int,
+             mapping: SourceMapping) -> tuple[InspectedBatch | None, str | None, int, str | None]:
+    """(inspected batch or None, sha256, bytes, rejection reason). Pure: safe in a worker process."""
     try:
         if home.landing.resolve() not in path.resolve().parents:
             raise RejectedFile("the file resolves outside the landing folder (symlink?)")
         sha, size = _sha256(path)
-        batch = inspect_file(path, batch_id, entry_idx, mapping)
-    except (RejectedFile, OSError) as exc:
-        reason = str(exc) if isinstance(exc, RejectedFile) else f"file cannot be read: {exc}"
-        store.con.execute(
+        return inspect_file(path, batch_id, entry_idx, mapping), sha, size, None
+    except RejectedFile as exc:
+        return None, None, 0, str(exc)
+    except OSError as exc:
+        return None, None, 0, f"file cannot be read: {exc}"
+
+
+def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: int, t_us: int,
+              inspected: tuple[InspectedBatch | None, str | None, int, str | None]) -> IngestResult:
+    """Archive an inspected file and register it as entry `entry_idx` (one transaction)."""
+    batch, sha, size, reason = inspected
+    con = store.con
+    if batch is None:
+        con.execute(
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, status, reason) "
             "VALUES (?, ?, 'batch', ?, ?, 'rejected', ?)", [entry_idx, batch_id, utc_from_us(t_us), path.name, reason])
         return IngestResult(entry_idx, batch_id, "rejected", reason=reason)
     _write_archive(home, entry_idx, batch)
-    con = store.con
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(
@@ -109,7 +122,7 @@ def ingest_file(store: Store, home: Home, path: Path, mapping: SourceMapping, t_
             con.executemany(
                 "INSERT INTO inorder.errors (kind, batch_id, line, raw, reason, logged_at, entry_idx) "
                 "VALUES ('malformed', ?, ?, ?, ?, ?, ?)",
-                [[batch_id, line, raw, reason, utc_from_us(t_us), entry_idx] for line, raw, reason in batch.malformed])
+                [[batch_id, line, raw, why, utc_from_us(t_us), entry_idx] for line, raw, why in batch.malformed])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -131,15 +144,33 @@ def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = N
 
 def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
                    progress=lambda message: None) -> list[IngestResult]:
-    """Ingest every landing file not yet known, in file-name order, all at logical time `t_us`."""
+    """Ingest every landing file not yet known, in file-name order, all at logical time `t_us`.
+
+    Files are inspected in parallel worker processes when there is enough data to pay for them;
+    they are archived and registered one by one, in order."""
     known = known_batch_ids(store)
     new = [p for p in landing_files(home) if batch_id_of(p) not in known]
-    if new:
-        check_logical_time(store, t_us)
+    if not new:
+        return []
+    check_logical_time(store, t_us)
+    first_idx = store.next_entry_idx()
+    jobs = [(home, path, batch_id_of(path), first_idx + i, mapping) for i, path in enumerate(new)]
+    total_bytes = sum(p.stat().st_size for p in new if p.is_file())
+    workers = min(len(new), os.cpu_count() or 1)
+    if workers > 1 and total_bytes > _PARALLEL_BYTES:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        inspected = pool.map(_inspect, *zip(*jobs))
+    else:
+        pool, inspected = None, (_inspect(*job) for job in jobs)
     results = []
-    for i, path in enumerate(new, start=1):
-        result = ingest_file(store, home, path, mapping, t_us)
-        progress(f"ingest {i}/{len(new)} {path.name}: {result.status}, {result.records} records, "
-                 f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
-        results.append(result)
+    try:
+        for (_, path, batch_id, entry_idx, _), result in zip(jobs, inspected):
+            registered = _register(store, home, path, batch_id, entry_idx, t_us, result)
+            progress(f"ingest {len(results) + 1}/{len(new)} {path.name}: {registered.status}, "
+                     f"{registered.records} records, {registered.malformed} malformed"
+                     + (f" ({registered.reason})" if registered.reason else ""))
+            results.append(registered)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return results

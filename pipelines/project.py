@@ -287,7 +287,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
         for table_name, sums in tables.items():
             if sums:
                 key_cols = views[view_name].table(table_name).primary_key
-                rows = [{**dict(zip(key_cols, k)), **v} for k, v in sums.items()]
+                rows = [{**dict(zip(key_cols, k if len(key_cols) > 1 else (k,))), **v} for k, v in sums.items()]
                 out.emit("aggregate", view_name, "", 0, table_name, rows)
     if out.records:
         yield _output_batch(out.records)

@@ -1,0 +1,58 @@
+"""Ingest: archive + register each landing file once; rejected files are set aside with a reason."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import ingest
+from pipelines.ingest import LogicalTimeError, archive_path, ingest_landing
+from pipelines.inspect import SourceMapping
+from pipelines.store import Home, Store
+from tests.builders import dep, opened
+from views import ALL_VIEWS
+
+T = 1_700_000_000_000_000
+
+
+def landing_home(tmp_path) -> Home:
+    home = Home(tmp_path / "home").ensure()
+    (home.landing / "b1.jsonl").write_text(opened("a") + "\n{oops\n" + dep("a", 2, 5) + "\n")
+    (home.landing / "b2.jsonl").write_text(dep("a", 3, 1) + "\n")
+    (home.landing / "b3.xml").write_text("<x/>")
+    outside = tmp_path / "secret.jsonl"
+    outside.write_text(opened("z") + "\n")
+    (home.landing / "b4.jsonl").symlink_to(outside)
+    (home.landing / ".hidden.jsonl").write_text("ignored: hidden files are not batches\n")
+    return home
+
+
+def ingest_rows(home: Home):
+    with Store.open(home, ALL_VIEWS) as store:
+        log = store.con.execute("SELECT entry_idx, batch_id, status, records, malformed, normalised, sha256 "
+                                "FROM inorder.ingest_log ORDER BY entry_idx").fetchall()
+        errors = store.con.execute("SELECT batch_id, line, kind FROM inorder.errors ORDER BY error_id").fetchall()
+    return log, errors
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_ingest_archives_registers_and_rejects(tmp_path, monkeypatch, parallel):
+    if parallel:
+        monkeypatch.setattr(ingest, "_PARALLEL_BYTES", 0)
+    home = landing_home(tmp_path)
+    with Store.open(home, ALL_VIEWS) as store:
+        results = ingest_landing(store, home, SourceMapping(), T)
+        assert ingest_landing(store, home, SourceMapping(), T + 1) == []  # known files are never ingested again
+        with pytest.raises(LogicalTimeError):
+            (home.landing / "b5.jsonl").write_text(opened("b") + "\n")
+            ingest_landing(store, home, SourceMapping(), T - 1)
+    assert [(r.batch_id, r.status) for r in results] == [
+        ("b1", "archived"), ("b2", "archived"), ("b3.xml", "rejected"), ("b4", "rejected")]
+    assert "unsupported" in results[2].reason and "outside the landing folder" in results[3].reason
+    log, errors = ingest_rows(home)
+    assert [row[:6] for row in log] == [(1, "b1", "archived", 3, 1, 2), (2, "b2", "archived", 1, 0, 1),
+                                        (3, "b3.xml", "rejected", 0, 0, 0), (4, "b4", "rejected", 0, 0, 0)]
+    assert errors == [("b1", 2, "malformed")]
+    archived = pq.read_table(archive_path(home, 1)).to_pylist()
+    assert [(m["entry_idx"], m["batch_id"], m["line"], m["seq"]) for m in archived] == [(1, "b1", 1, 1), (1, "b1", 3, 2)]
+    assert not archive_path(home, 3).exists()
