@@ -1,5 +1,13 @@
-"""Dagster assets over the engine (thin layer: the work is in pipelines/)."""
+"""Dagster assets, checks, jobs, sensors and schedules over the engine (thin: the work is in pipelines/)."""
 
-from __future__ import annotations
+from assets.checks import ALL_CHECKS
+from assets.ingest import event_batches
+from assets.jobs import ingest_job, project_job, rebuild_view
+from assets.logs import errors, gaps
+from assets.schedules import tick_schedule
+from assets.sensors import landing_sensor
+from assets.views import projections
 
-ALL_ASSETS: list = []
+ALL_ASSETS = [event_batches, projections, errors, gaps]
+ALL_JOBS = [ingest_job, project_job, rebuild_view]
+__all__ = ["ALL_ASSETS", "ALL_CHECKS", "ALL_JOBS", "landing_sensor", "tick_schedule"]

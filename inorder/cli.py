@@ -32,9 +32,10 @@ def _fraction(text: str) -> float:
 
 
 def _spark():
+    """A lazy session: the engine starts Spark only when a pass has work."""
     from pipelines.spark import spark_session
 
-    return spark_session()
+    return spark_session
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -46,21 +47,19 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from pipelines.run import run
-    from views import ALL_VIEWS
+    from inorder.dagster_runs import run_through_dagster
 
-    report = run(_spark(), Home.from_env(), ALL_VIEWS, now=args.now, progress=_progress)
-    archived = [r for r in report.ingested if r.status == "archived"]
-    records = sum(r.records for r in archived)
-    rejected = [r for r in report.ingested if r.status == "rejected"]
+    report = run_through_dagster(Home.from_env(), args.now, _progress)
+    archived = [m for m in report.ingested if m.get("status") == "archived"]
+    rejected = [m for m in report.ingested if m.get("status") == "rejected"]
+    records = sum(m.get("records", 0) for m in archived)
+    applied = sum(m.get("applied", 0) for m in report.projection.values())
     what = f"{len(archived)} batches, {records} records" if report.ingested else "a tick"
     rate = f", {records / report.seconds:,.0f} records/s" if records else ""
-    stats = report.projection
-    print(f"ran {what} in {report.seconds:.1f}s{rate}; {stats.entries} entries projected, "
-          f"{stats.handler_calls} handler calls"
-          + (f"; {len(rejected)} files rejected" if rejected else ""))
-    for r in rejected:
-        print(f"rejected {r.batch_id}: {r.reason}")
+    print(f"ran {what} in {report.seconds:.1f}s{rate}; {applied} messages applied across views; "
+          f"{len(report.run_ids)} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
+    for m in rejected:
+        print(f"rejected batch (entry {m.get('entry_idx')}): {m.get('rejected_reason')}")
 
 
 def cmd_status(args: argparse.Namespace) -> None:

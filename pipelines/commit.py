@@ -90,15 +90,19 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table, 
     ledger = _ledger_rows(store, plan, out, subscribed_types)
     con.execute("BEGIN TRANSACTION")
     try:
+        # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
         con.execute("""
-            DELETE FROM inorder.watermarks w USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
-            WHERE w.view = t.view AND w.stream_id = t.stream_id""")
+            CREATE OR REPLACE TEMP TABLE pass_prev AS
+            SELECT w.view, w.stream_id, w.last_seq FROM inorder.watermarks w
+            JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
+        con.execute("""
+            DELETE FROM inorder.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
         con.execute("""
             INSERT INTO inorder.watermarks
-            SELECT view, stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT, (data->>'blocked_at')::BIGINT,
-                   make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ, (data->>'parked')::BOOLEAN,
-                   (data->>'pending_count')::BIGINT, entry_idx
-            FROM pass_out WHERE kind = 'watermark'""")
+            SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
+                   (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
+                   (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq
+            FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
         con.execute("""
             DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
             WHERE p.view = t.view AND p.stream_id = t.stream_id""")

@@ -38,6 +38,7 @@ class IngestResult:
     max_seq: int | None = None
     bytes: int = 0
     reason: str | None = None
+    already_ingested: bool = False
 
 
 def archive_path(home: Home, entry_idx: int) -> Path:
@@ -143,13 +144,13 @@ def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = N
 
 
 def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
-                   progress=lambda message: None) -> list[IngestResult]:
-    """Ingest every landing file not yet known, in file-name order, all at logical time `t_us`.
+                   progress=lambda message: None, only: list[Path] | None = None) -> list[IngestResult]:
+    """Ingest every landing file (or `only` these) not yet known, in file-name order, at logical time `t_us`.
 
     Files are inspected in parallel worker processes when there is enough data to pay for them;
     they are archived and registered one by one, in order."""
     known = known_batch_ids(store)
-    new = [p for p in landing_files(home) if batch_id_of(p) not in known]
+    new = [p for p in (landing_files(home) if only is None else only) if batch_id_of(p) not in known]
     if not new:
         return []
     check_logical_time(store, t_us)

@@ -12,13 +12,16 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from pipelines.commit import commit_pass
-from pipelines.ingest import IngestResult, check_logical_time, ingest_landing, record_entry
+from pipelines.ingest import (IngestResult, batch_id_of, check_logical_time, ingest_landing, landing_files,
+                              record_entry)
 from pipelines.inspect import SourceMapping
 from pipelines.project import plan_passes, run_pass
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
 Progress = Callable[[str], None]
+# A session, or a function that makes one: Spark (and its JVM) starts only when there is work for it.
+SparkSource = SparkSession | Callable[[], SparkSession]
 
 
 def _quiet(message: str) -> None:
@@ -34,16 +37,24 @@ class ProjectionStats:
     walk_seconds: float = 0.0  # time inside the ordering walk and handlers, summed over executors
     spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, collect)
     commit_seconds: float = 0.0
+    by_view: dict[str, dict[str, int]] = field(default_factory=dict)  # outcome counts of this projection
+    streams_touched: dict[str, int] = field(default_factory=dict)
 
     def add(self, out: pa.Table) -> None:
         counts = out.filter(pc.equal(out["kind"], "count"))
-        for name, n in zip(counts["name"].to_pylist(), counts["n"].to_pylist()):
+        for view, name, n in zip(counts["view"].to_pylist(), counts["name"].to_pylist(), counts["n"].to_pylist()):
+            if name == "walk_us":
+                self.walk_seconds += n / 1e6
+                continue
+            per_view = self.by_view.setdefault(view, {})
+            per_view[name] = per_view.get(name, 0) + n
             if name == "selected":
                 self.selected += n
             elif name in ("applied", "handler_error"):
                 self.handler_calls += n
-            elif name == "walk_us":
-                self.walk_seconds += n / 1e6
+        watermarks = out.filter(pc.equal(out["kind"], "watermark"))
+        for view in watermarks["view"].to_pylist():
+            self.streams_touched[view] = self.streams_touched.get(view, 0) + 1
 
 
 @dataclass
@@ -63,15 +74,16 @@ def now_us(now: datetime | None) -> int:
     return us_from_utc(now or datetime.now(timezone.utc))
 
 
-def project(spark: SparkSession, store: Store, home: Home, views: Sequence[View], selected: Sequence[View],
+def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View], selected: Sequence[View],
             mapping: SourceMapping, progress: Progress = _quiet) -> ProjectionStats:
     """Project every archived entry not yet committed for the `selected` views, pass by pass."""
     subscribed = {t for v in views for t in v.subscribes}
     plans = plan_passes(store, selected)
     stats = ProjectionStats(passes=len(plans))
+    session = (spark() if callable(spark) else spark) if plans else None
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
-        out, files = run_pass(spark, store, home, list(selected), plan, mapping.first_seq)
+        out, files = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
         spark_done = time.perf_counter()
         commit_pass(store, list(selected), plan, out, files, subscribed)
         stats.spark_seconds += spark_done - started
@@ -83,20 +95,17 @@ def project(spark: SparkSession, store: Store, home: Home, views: Sequence[View]
     return stats
 
 
-def run(spark: SparkSession, home: Home, views: Sequence[View], now: datetime | None = None,
+def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | None = None,
         progress: Progress = _quiet, selected: Sequence[View] | None = None) -> RunReport:
     """Ingest every new landing file at logical time `now` (a tick when there is none), then project."""
     started = time.perf_counter()
     report = RunReport()
     mapping = source_mapping(home)
     with Store.open(home, views) as store:
-        t_us = now_us(now)
-        if now is None:  # the wall clock may lag a time recorded earlier; logical time never goes back
-            t_us = max(t_us, store.last_logical_time_us() or t_us)
+        t_us = _logical_now(store, now)
         report.ingested = ingest_landing(store, home, mapping, t_us, progress)
         report.ingest_seconds = time.perf_counter() - started
         if not report.ingested:
-            check_logical_time(store, t_us)
             report.tick_entry = record_entry(store, "tick", t_us)
             progress(f"no new batch: tick at {datetime.fromtimestamp(t_us / 1e6, timezone.utc).isoformat()}")
         report.projection = project(
@@ -105,7 +114,42 @@ def run(spark: SparkSession, home: Home, views: Sequence[View], now: datetime | 
     return report
 
 
-def rebuild(spark: SparkSession, home: Home, views: Sequence[View], view: View,
+def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime | None = None) -> IngestResult:
+    """Ingest the landing file of one batch; a batch already registered is returned as it was (idempotent)."""
+    with Store.open(home, views) as store:
+        known = store.con.execute(
+            "SELECT entry_idx, status, records, malformed, bytes, reason FROM inorder.ingest_log "
+            "WHERE batch_id = ? AND kind = 'batch'", [batch_id]).fetchone()
+        if known is not None:
+            entry_idx, status, records, malformed, size, reason = known
+            return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
+                                already_ingested=True)
+        paths = [p for p in landing_files(home) if batch_id_of(p) == batch_id]
+        if not paths:
+            raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
+        (result,) = ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths[:1])
+        return result
+
+
+def project_views(spark: SparkSource, home: Home, views: Sequence[View], selected: Sequence[View],
+                  tick: bool = False, now: datetime | None = None, progress: Progress = _quiet) -> ProjectionStats:
+    """Project the selected views; with `tick`, first record a tick so gap timers can fire."""
+    with Store.open(home, views) as store:
+        if tick:
+            record_entry(store, "tick", _logical_now(store, now))
+        return project(spark, store, home, views, selected, source_mapping(home), progress)
+
+
+def _logical_now(store: Store, now: datetime | None) -> int:
+    """`now` as logical time; the wall clock by default, never before the last recorded time."""
+    t_us = now_us(now)
+    if now is None:
+        t_us = max(t_us, store.last_logical_time_us() or t_us)
+    check_logical_time(store, t_us)
+    return t_us
+
+
+def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
             progress: Progress = _quiet) -> ProjectionStats:
     """Truncate `view` and its state, then replay the archive with the recorded logical times."""
     mapping = source_mapping(home)
@@ -129,7 +173,7 @@ class NotParked(ValueError):
     """retry/skip was asked for a stream that is not parked."""
 
 
-def operator_action(spark: SparkSession, home: Home, views: Sequence[View], view: View, stream_id: str,
+def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view: View, stream_id: str,
                     action: str, progress: Progress = _quiet) -> None:
     """Record a retry or skip of a parked stream as an entry (so rebuild replays it), then project."""
     mapping = source_mapping(home)

@@ -76,6 +76,25 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
     return status
 
 
+def newest_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, limit: int = 10) -> str:
+    """A markdown table of the newest error rows (of one view, or of all)."""
+    rows = con.execute(
+        "SELECT error_id, kind, coalesce(view, '-'), coalesce(stream_id, '-'), coalesce(seq::VARCHAR, '-'), "
+        "batch_id, line, coalesce(reason, message, '') FROM inorder.errors "
+        "WHERE ? IS NULL OR view = ? ORDER BY error_id DESC LIMIT ?", [view, view, limit]).fetchall()
+    if not rows:
+        return "no errors"
+
+    def cell(value: object) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")[:120]
+
+    lines = ["| id | kind | view | stream | seq | batch:line | reason |", "|---|---|---|---|---|---|---|"]
+    for error_id, kind, v, stream, seq, batch_id, line, reason in rows:
+        lines.append(f"| {error_id} | {kind} | {cell(v)} | {cell(stream)} | {seq} | {cell(batch_id)}:{line} | "
+                     f"{cell(reason)} |")
+    return "\n".join(lines)
+
+
 def open_read_only(home: Home) -> duckdb.DuckDBPyConnection:
     if not home.database.exists():
         raise FileNotFoundError(f"no read store at {home.database}: run `inorder run` first")

@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS inorder.ingest_log (
 CREATE TABLE IF NOT EXISTS inorder.watermarks (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
     blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
-    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, PRIMARY KEY (view, stream_id));
+    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, prev_last_seq BIGINT,
+    PRIMARY KEY (view, stream_id));
 CREATE TABLE IF NOT EXISTS inorder.pending (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
     event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
@@ -72,28 +73,40 @@ def us_from_utc(moment: datetime | None) -> int | None:
 
 @dataclass
 class Home:
-    """The folders under INORDER_HOME."""
+    """Where inorder keeps its files: INORDER_HOME, with optional separate landing, archive and database."""
 
     root: Path
+    landing_dir: Path | None = None
+    archive_dir: Path | None = None
+    database_path: Path | None = None
 
     @classmethod
-    def from_env(cls, root: str | os.PathLike | None = None) -> "Home":
-        return cls(Path(root or os.environ.get("INORDER_HOME", ".inorder")).resolve())
+    def from_env(cls, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
+                 archive: str | os.PathLike | None = None, database: str | os.PathLike | None = None) -> "Home":
+        """Explicit values win; then INORDER_HOME, INORDER_LANDING, INORDER_ARCHIVE, INORDER_DATABASE."""
+        env = os.environ.get
+
+        def path(value, variable):
+            value = value or env(variable)
+            return Path(value).resolve() if value else None
+
+        return cls(Path(root or env("INORDER_HOME", ".inorder")).resolve(), path(landing, "INORDER_LANDING"),
+                   path(archive, "INORDER_ARCHIVE"), path(database, "INORDER_DATABASE"))
 
     @property
     def landing(self) -> Path:
-        return self.root / "landing"
+        return self.landing_dir or self.root / "landing"
 
     @property
     def archive(self) -> Path:
-        return self.root / "archive"
+        return self.archive_dir or self.root / "archive"
 
     @property
     def database(self) -> Path:
-        return self.root / "store.duckdb"
+        return self.database_path or self.root / "store.duckdb"
 
     def ensure(self) -> "Home":
-        for folder in (self.root, self.landing, self.archive):
+        for folder in (self.root, self.landing, self.archive, self.database.parent):
             folder.mkdir(parents=True, exist_ok=True)
         return self
 
@@ -108,7 +121,7 @@ class Store:
     @classmethod
     def open(cls, home: Home, views: Iterable[View], wait: bool = False) -> "Store":
         home.ensure()
-        lock_fd = os.open(home.root / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock_fd = os.open(home.database.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:

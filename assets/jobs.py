@@ -1,0 +1,42 @@
+"""Jobs: ingest one batch and project it, project (or tick), and rebuild a view."""
+
+import dagster as dg
+
+from assets.ingest import event_batches
+from assets.logs import errors, gaps
+from assets.partitions import BATCHES, STORE_TAGS
+from assets.views import projections
+from pipelines.run import rebuild
+from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
+from views import ALL_VIEWS, view_named
+
+PROJECTION = dg.AssetSelection.assets(projections, errors, gaps)
+
+ingest_job = dg.define_asset_job(
+    "ingest_batch", selection=dg.AssetSelection.assets(event_batches) | PROJECTION, partitions_def=BATCHES,
+    tags=STORE_TAGS, description="Ingest one landing batch (a partition of event_batches), then project every view")
+
+project_job = dg.define_asset_job(
+    "project_views", selection=PROJECTION, tags=STORE_TAGS,
+    description="Project every archived batch not yet committed; with tag inorder/tick=true, tick first")
+
+
+class RebuildConfig(dg.Config):
+    view: str
+
+
+@dg.op(pool="inorder_store")
+def rebuild_view_op(context: dg.OpExecutionContext, config: RebuildConfig, spark: SparkResource,
+                    read_store: ReadStoreResource, folders: FoldersResource) -> None:
+    view = view_named(config.view)
+    stats = rebuild(spark.session, inorder_home(read_store, folders), ALL_VIEWS, view, progress=context.log.info)
+    context.log_event(dg.AssetMaterialization(asset_key=view.name, metadata={
+        "rebuilt": dg.MetadataValue.bool(True),
+        "entries_replayed": dg.MetadataValue.int(stats.entries),
+        "handler_calls": dg.MetadataValue.int(stats.handler_calls),
+    }))
+
+
+@dg.job(tags=STORE_TAGS, description="Truncate a view and its state, then replay the archive with the recorded times")
+def rebuild_view() -> None:
+    rebuild_view_op()

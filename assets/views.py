@@ -1,0 +1,67 @@
+"""One asset per view. Selecting several shares one Spark pass (a subsettable multi-asset)."""
+
+from typing import Iterator
+
+import dagster as dg
+
+from assets.partitions import STORE_POOL, TICK_TAG, run_time
+from pipelines.run import project_views
+from pipelines.status import newest_errors, read_status
+from pipelines.store import OUTCOME_COLUMNS, Store
+from pipelines.view import View
+from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
+from views import ALL_VIEWS
+
+
+def _description(view: View) -> str:
+    tables = ", ".join(f"{t.name} ({t.kind})" for t in view.tables)
+    return (f"View `{view.name}`: tables {tables}; subscribes to {', '.join(view.subscribes)}; "
+            f"gap_timeout {view.gap_timeout:g}s, max_pending {view.max_pending}, on_error {view.on_error}.")
+
+
+VIEW_SPECS = [
+    dg.AssetSpec(view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"},
+                 description=_description(view),
+                 metadata={"dagster/column_schema": dg.TableSchema(columns=[
+                     dg.TableColumn(name, sql_type) for t in view.tables for name, sql_type in t.columns.items()])})
+    for view in ALL_VIEWS
+]
+
+
+def view_metadata(store: Store, view: View, counts: dict[str, int], streams_touched: int) -> dict:
+    (status,) = read_status(store.con, [view]).views
+    metadata: dict = {name: dg.MetadataValue.int(counts.get(name, 0))
+                      for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")}
+    metadata.update({
+        "streams_touched": dg.MetadataValue.int(streams_touched),
+        "streams": dg.MetadataValue.int(status.streams),
+        "pending_messages": dg.MetadataValue.int(status.pending),
+        "blocked_streams": dg.MetadataValue.int(status.blocked_streams),
+        "parked_streams": dg.MetadataValue.int(status.parked_streams),
+        "oldest_wait_seconds": dg.MetadataValue.float(status.oldest_wait_seconds or 0.0),
+        "gaps_skipped_total": dg.MetadataValue.int(status.gaps_skipped),
+        "conserved": dg.MetadataValue.bool(status.conserved),
+        "last_batch": dg.MetadataValue.text(status.last_batch or "-"),
+        "dagster/row_count": dg.MetadataValue.int(status.rows),
+        "newest_errors": dg.MetadataValue.md(newest_errors(store.con, view.name)),
+    })
+    return metadata
+
+
+@dg.multi_asset(specs=VIEW_SPECS, can_subset=True, pool=STORE_POOL)
+def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_store: ReadStoreResource,
+                folders: FoldersResource) -> Iterator[dg.MaterializeResult]:
+    """Project every archived batch not yet committed for the selected views, in ingest order."""
+    home = inorder_home(read_store, folders)
+    selected = [v for v in ALL_VIEWS if dg.AssetKey(v.name) in context.selected_asset_keys]
+    tick = context.run.tags.get(TICK_TAG) == "true"
+    stats = project_views(spark.session, home, ALL_VIEWS, selected, tick=tick, now=run_time(context),
+                          progress=context.log.info)
+    context.log.info(f"{stats.entries} entries in {stats.passes} passes, {stats.handler_calls} handler calls, "
+                     f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
+    with Store.open(home, ALL_VIEWS) as store:
+        for view in selected:
+            yield dg.MaterializeResult(
+                asset_key=view.name,
+                metadata=view_metadata(store, view, stats.by_view.get(view.name, {}),
+                                       stats.streams_touched.get(view.name, 0)))
