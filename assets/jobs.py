@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.ingest import event_batches
 from assets.logs import errors, gaps
-from assets.partitions import BATCHES, STORE_TAGS
+from assets.partitions import STORE_TAGS
 from assets.views import projections
 from pipelines.run import rebuild
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
@@ -13,7 +13,7 @@ from views import ALL_VIEWS, view_named
 PROJECTION = dg.AssetSelection.assets(projections, errors, gaps)
 
 ingest_job = dg.define_asset_job(
-    "ingest_batch", selection=dg.AssetSelection.assets(event_batches) | PROJECTION, partitions_def=BATCHES,
+    "ingest_batch", selection=dg.AssetSelection.assets(event_batches) | PROJECTION,
     tags=STORE_TAGS, description="Ingest one landing batch (a partition of event_batches), then project every view")
 
 project_job = dg.define_asset_job(

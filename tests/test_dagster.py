@@ -1,0 +1,151 @@
+"""The Dagster layer: the graph, materialisations end to end, the sensor, and checks that fail."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from assets import ALL_CHECKS, event_batches, landing_sensor
+from assets.checks import _checks_for
+from assets.logs import errors, gaps
+from assets.partitions import NOW_TAG, TICK_TAG
+from assets.views import projections
+from inorder.definitions import defs
+from pipelines.store import Home
+from resources import FoldersResource, ReadStoreResource, SparkResource
+from tests.harness import assert_same_store, read_store
+from tests.reference_model import Entry, run_model
+from views import ALL_VIEWS, view_named
+from views.bank_generator import GeneratorConfig, generate
+
+T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
+
+
+def resources_for(home: Home) -> dict:
+    return {"spark": SparkResource(), "read_store": ReadStoreResource(home=str(home.root)),
+            "folders": FoldersResource()}
+
+
+def test_asset_graph_has_the_expected_keys_and_checks():
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {"event_batches", "accounts", "account_activity", "daily_totals", "errors", "gaps"}
+    checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
+    assert checks == {(v.name, n) for v in ALL_VIEWS
+                      for n in ("expectations", "conservation", "watermarks_never_move_back")}
+    for view in ALL_VIEWS:
+        assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
+    assert {"ingest_batch", "project_views", "rebuild_view"} <= {j.name for j in defs.resolve_all_job_defs()}
+    assert defs.resolve_sensor_def("landing_sensor") and defs.resolve_schedule_def("tick_schedule")
+
+
+def _materialize_all(home: Home, instance: dg.DagsterInstance, keys: list[str], now: datetime, tick: bool = False):
+    results = []
+    for key in keys:
+        results.append(dg.materialize([event_batches], partition_key=key, instance=instance,
+                                      resources=resources_for(home), tags={NOW_TAG: now.isoformat()}))
+    results.append(dg.materialize([event_batches, projections, errors, gaps, *ALL_CHECKS],
+                                  selection=[projections, errors, gaps, *ALL_CHECKS], instance=instance,
+                                  resources=resources_for(home),
+                                  tags={NOW_TAG: now.isoformat(), TICK_TAG: "true" if tick else "false"}))
+    return results
+
+
+def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
+    (event,) = [e for e in result.get_asset_materialization_events()
+                if e.step_materialization_data.materialization.asset_key == dg.AssetKey(key)]
+    return {k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()}
+
+
+def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    paths = generate(home.landing, GeneratorConfig(events=600, streams=8, batches=3, seed=11))
+    keys = [p.stem for p in paths]
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("event_batches", keys)
+    results = _materialize_all(home, instance, keys, T0)
+    assert all(r.success for r in results)
+    first = _metadata(results[0], "event_batches")
+    assert first["status"] == "archived" and first["records"] > 0 and "seq_range" in first
+    accounts = _metadata(results[-1], "accounts")
+    for name in ("selected", "applied", "ignored", "handler_error", "duplicate", "late", "conflict",
+                 "pending_messages", "blocked_streams", "parked_streams", "oldest_wait_seconds",
+                 "gaps_skipped", "streams_touched", "newest_errors", "dagster/row_count"):
+        assert name in accounts, name
+    assert accounts["conserved"] is True and accounts["dagster/row_count"] == 8
+    checks = results[-1].get_asset_check_evaluations()
+    assert len(checks) == 9 and all(c.passed for c in checks), [(c.asset_key, c.check_name) for c in checks if not c.passed]
+    entries = [Entry("batch", p.stem, T0.timestamp(), lines=p.read_bytes()) for p in paths]
+    live = read_store(home, ALL_VIEWS)
+    assert_same_store(live, run_model(entries, ALL_VIEWS))
+
+    again = _materialize_all(home, instance, keys, T0)  # a repeated backfill of the same partitions
+    assert all(r.success for r in again)
+    assert all(_metadata(r, "event_batches")["already_ingested"] for r in again[:-1])
+    assert read_store(home, ALL_VIEWS) == live
+
+
+def test_sensor_requests_one_run_per_new_file(tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    instance = dg.DagsterInstance.ephemeral()
+    (home.landing / "b1.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
+    context = dg.build_sensor_context(instance=instance, resources=resources_for(home))
+    result = landing_sensor(context)
+    assert [(r.partition_key, r.run_key) for r in result.run_requests] == [("b1", "b1")]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["b1"]
+    instance.add_dynamic_partitions("event_batches", ["b1"])
+    again = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home),
+                                                   cursor=result.cursor))
+    assert again.run_requests == [] and again.dynamic_partitions_requests == []
+    (home.landing / "b2.jsonl").write_text('{"stream_id": "a", "seq": 2, "type": "Deposited"}\n')
+    third = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home),
+                                                   cursor=again.cursor))
+    assert [r.partition_key for r in third.run_requests] == ["b2"]
+
+
+@pytest.fixture
+def projected_home(spark, tmp_path) -> Home:
+    home = Home(tmp_path / "home").ensure()
+    paths = generate(home.landing, GeneratorConfig(events=300, streams=5, batches=2, seed=5))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("event_batches", [p.stem for p in paths])
+    assert all(r.success for r in _materialize_all(home, instance, [p.stem for p in paths], T0))
+    return home
+
+
+def _run_check(home: Home, view: str, name: str) -> dg.AssetCheckResult:
+    (check,) = [c for c in _checks_for(view_named(view)) if c.check_specs and next(iter(c.check_specs)).name == name]
+    result = dg.materialize([projections, check], selection=dg.AssetSelection.checks(check),
+                            resources=resources_for(home), raise_on_error=False)
+    (evaluation,) = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def test_expectations_check_fails_on_a_broken_view_table(projected_home):
+    assert _run_check(projected_home, "accounts", "expectations").passed
+    con = duckdb.connect(str(projected_home.database))
+    con.execute("UPDATE accounts SET balance = -5 WHERE account_id = (SELECT min(account_id) FROM accounts)")
+    con.close()
+    failed = _run_check(projected_home, "accounts", "expectations")
+    assert not failed.passed
+    failures = failed.metadata["failures"].value
+    assert [f["expectation"] for f in failures] == ["expect_column_values_to_be_between"]
+    assert failures[0]["unexpected_count"] == 1 and failures[0]["sample"] == ["-5.0"]
+
+
+def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected_home):
+    con = duckdb.connect(str(projected_home.database))
+    deleted = con.execute("DELETE FROM inorder.pending WHERE rowid = "
+                          "(SELECT min(rowid) FROM inorder.pending WHERE view = 'accounts')").fetchone()[0]
+    assert deleted == 1  # a message lost from a buffer
+    con.execute("UPDATE inorder.watermarks SET prev_last_seq = last_seq + 3 WHERE view = 'accounts' "
+                "AND stream_id = (SELECT min(stream_id) FROM inorder.watermarks)")
+    con.close()
+    conservation = _run_check(projected_home, "accounts", "conservation")
+    assert not conservation.passed and conservation.metadata["difference"].value == 1
+    moved = _run_check(projected_home, "accounts", "watermarks_never_move_back")
+    assert not moved.passed and moved.metadata["moved_back"].value == 1
