@@ -1,0 +1,55 @@
+"""How long a 10k-event batch takes through Dagster, cold (Spark starts) and warm (session reused).
+
+    python scripts/bench_dagster.py
+
+One process, one instance: batch 1 pays the JVM start, batch 2 reuses the session.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inorder.dagster_runs import run_through_dagster  # noqa: E402
+from pipelines.store import Home  # noqa: E402
+from views.bank_generator import GeneratorConfig, generate  # noqa: E402
+
+
+def main() -> None:
+    root = Path("/tmp/inorder-bench-dagster")
+    shutil.rmtree(root, ignore_errors=True)
+    home = Home(root).ensure()
+    staging = root / "staging"
+    generate(staging, GeneratorConfig(events=20_000, streams=200, batches=2, seed=1))
+    t0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
+    for i, path in enumerate(sorted(staging.iterdir())):
+        shutil.move(str(path), home.landing / path.name)
+        started = time.perf_counter()
+        report = run_through_dagster(home, t0 + timedelta(minutes=i), lambda message: None)
+        total = time.perf_counter() - started
+        records = sum(m.get("records", 0) for m in report.ingested)
+        print(f"batch {i + 1} ({records:,} records, {'cold' if i == 0 else 'warm'}): {total:.1f}s through Dagster "
+              f"({len(report.run_ids)} runs)")
+        if i == 0:
+            from pyspark.sql import SparkSession
+
+            started = time.perf_counter()
+            SparkSession.builder.getOrCreate()
+            print(f"  (the session now exists: getOrCreate takes {time.perf_counter() - started:.3f}s)")
+    cold_start = time.perf_counter()
+    from pipelines.spark import spark_session
+
+    spark_session().stop()
+    started = time.perf_counter()
+    spark_session()
+    print(f"a fresh Spark session start here: {time.perf_counter() - started:.1f}s "
+          f"(stop+start measured {time.perf_counter() - cold_start:.1f}s)")
+
+
+if __name__ == "__main__":
+    main()
