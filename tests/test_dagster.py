@@ -149,3 +149,26 @@ def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected
     assert not conservation.passed and conservation.metadata["difference"].value == 1
     moved = _run_check(projected_home, "accounts", "watermarks_never_move_back")
     assert not moved.passed and moved.metadata["moved_back"].value == 1
+
+
+def test_rebuild_view_job_replays_to_the_same_store(projected_home):
+    before = read_store(projected_home, ALL_VIEWS)
+    result = defs.resolve_job_def("rebuild_view").execute_in_process(
+        run_config={"ops": {"rebuild_view_op": {"config": {"view": "account_activity"}}}},
+        resources=resources_for(projected_home))
+    assert result.success
+    (materialization,) = [e.step_materialization_data.materialization for e in result.get_asset_materialization_events()]
+    assert materialization.asset_key == dg.AssetKey("account_activity")
+    after = read_store(projected_home, ALL_VIEWS)
+    for name in after:
+        assert sorted(after[name], key=repr) == sorted(before[name], key=repr), name
+
+
+def test_a_second_writer_fails_with_one_clear_message(tmp_path):
+    from pipelines.store import Store, StoreBusy
+
+    home = Home(tmp_path / "home")
+    with Store.open(home, ALL_VIEWS):
+        with pytest.raises(StoreBusy, match="another inorder run is writing"):
+            Store.open(home, ALL_VIEWS)
+    Store.open(home, ALL_VIEWS).close()  # free again once the first writer is done

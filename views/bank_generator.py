@@ -1,8 +1,9 @@
 """Demo batches for the bank views, with the disorder real feeds have.
 
 Each account's history is valid on its own (opened, deposits, withdrawals within the balance,
-sometimes closed at zero); then messages are displaced (disorder), repeated (duplicates),
-lost (gaps) or corrupted (poison: bad amounts, missing owners, bad dates, unparsable lines).
+sometimes closed at zero); then messages are displaced (disorder), delivered twice (duplicates;
+one in ten of the second copies differs: a conflict), lost (gaps) or corrupted (poison: bad
+amounts, missing owners, bad dates, unparsable lines).
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ def _poisoned(rng: random.Random, event: dict) -> dict:
     return event
 
 
+def _redelivered(rng: random.Random, line: str) -> str:
+    """A second delivery: usually an exact copy, sometimes (1 in 10) with a changed amount — a conflict."""
+    event = json.loads(line)
+    if rng.random() < 0.1 and isinstance(event["payload"].get("amount"), (int, float)):
+        event["payload"]["amount"] = round(event["payload"]["amount"] + 0.01, 2)
+        return json.dumps(event)
+    return line
+
+
 def generate(out: Path, config: GeneratorConfig) -> list[Path]:
     """Write `config.batches` JSON Lines files into `out`; returns their paths."""
     rng = random.Random(config.seed)
@@ -99,7 +109,8 @@ def generate(out: Path, config: GeneratorConfig) -> list[Path]:
             j = min(len(lines) - 1, i + rng.randint(1, max(2, len(lines) // max(config.batches, 1))))
             lines[i], lines[j] = lines[j], lines[i]
     keyed = [(float(i), line) for i, line in enumerate(lines)]
-    keyed += [(i + rng.randint(1, 1000) + 0.5, lines[i]) for i in range(len(lines)) if rng.random() < config.duplicates]
+    keyed += [(i + rng.randint(1, 1000) + 0.5, _redelivered(rng, lines[i]))
+              for i in range(len(lines)) if rng.random() < config.duplicates]
     keyed += [(rng.uniform(0, len(lines)), '{"stream_id": "acct-00001", "seq": oops}')
               for _ in range(round(len(lines) * config.poison / 10))]
     keyed.sort(key=lambda pair: pair[0])
