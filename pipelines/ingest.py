@@ -149,24 +149,38 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
 
     Files are inspected in parallel worker processes when there is enough data to pay for them;
     they are archived and registered one by one, in order."""
-    known = known_batch_ids(store)
-    new = [p for p in (landing_files(home) if only is None else only) if batch_id_of(p) not in known]
+    known_ids = known_batch_ids(store)
+    known_files = {r[0] for r in store.con.execute(
+        "SELECT file_name FROM inorder.ingest_log WHERE kind = 'batch'").fetchall()}
+    new, clashes = [], {}
+    for path in (landing_files(home) if only is None else only):
+        batch_id = batch_id_of(path)
+        if path.name in known_files or path.name in known_ids:
+            continue  # this very file was ingested (or set aside) before
+        if batch_id in known_ids:
+            # another file already has this batch id (e.g. b1.csv after b1.jsonl): set it aside, visibly
+            clashes[path] = f"batch id {batch_id!r} is already taken by another file; rename this one"
+            batch_id = path.name
+        known_ids.add(batch_id)
+        new.append((path, batch_id))
     if not new:
         return []
     check_logical_time(store, t_us)
     first_idx = store.next_entry_idx()
-    jobs = [(home, path, batch_id_of(path), first_idx + i, mapping) for i, path in enumerate(new)]
-    total_bytes = sum(p.stat().st_size for p in new if p.is_file())
-    workers = min(len(new), os.cpu_count() or 1)
+    jobs = [(home, path, batch_id, first_idx + i, mapping) for i, (path, batch_id) in enumerate(new)
+            if path not in clashes]
+    total_bytes = sum(job[1].stat().st_size for job in jobs if job[1].is_file())
+    workers = min(len(jobs), os.cpu_count() or 1)
     if workers > 1 and total_bytes > _PARALLEL_BYTES:
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-        inspected = pool.map(_inspect, *zip(*jobs))
+        inspected = iter(pool.map(_inspect, *zip(*jobs)))
     else:
         pool, inspected = None, (_inspect(*job) for job in jobs)
     results = []
     try:
-        for (_, path, batch_id, entry_idx, _), result in zip(jobs, inspected):
-            registered = _register(store, home, path, batch_id, entry_idx, t_us, result)
+        for i, (path, batch_id) in enumerate(new):
+            result = (None, None, 0, clashes[path]) if path in clashes else next(inspected)
+            registered = _register(store, home, path, batch_id, first_idx + i, t_us, result)
             progress(f"ingest {len(results) + 1}/{len(new)} {path.name}: {registered.status}, "
                      f"{registered.records} records, {registered.malformed} malformed"
                      + (f" ({registered.reason})" if registered.reason else ""))

@@ -42,7 +42,6 @@ class StreamState:
     skipped: list[tuple[int, int]] = field(default_factory=list)  # logged gap ranges, sorted
     keyed_rows: dict[str, list[dict]] = field(default_factory=dict)
     newest_rows: dict[str, dict | None] = field(default_factory=dict)
-    existed: bool = False
 
 
 class PassOutput:

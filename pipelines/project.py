@@ -151,9 +151,9 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
             k = columns.index(table.stream_key)
             for row in rows:
                 state = states.get((view.name, row[k]))
-                if state is None:  # rows without a watermark: written by a rebuild in progress? keep them
-                    state = states[(view.name, row[k])] = {"existed": False, "skipped": [], "keyed_rows": {},
-                                                           "newest_rows": {}}
+                if state is None:  # rows of a stream the view has no watermark for (written outside
+                    # inorder): carry them through, since a keyed table is rewritten per stream
+                    state = states[(view.name, row[k])] = {"skipped": [], "keyed_rows": {}, "newest_rows": {}}
                 record = dict(zip(columns, row))
                 if table.kind == "keyed":
                     state["keyed_rows"].setdefault(table.name, []).append(record)
@@ -180,8 +180,7 @@ def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
     data = json.loads(text)
     state = StreamState(stream_type=data.get("stream_type"), last_seq=data.get("last_seq", first_seq - 1),
                         blocked_at=data.get("blocked_at"), blocked_since_us=data.get("blocked_since_us"),
-                        parked=bool(data.get("parked")), skipped=[tuple(r) for r in data["skipped"]],
-                        existed="last_seq" in data)
+                        parked=bool(data.get("parked")), skipped=[tuple(r) for r in data["skipped"]])
     for table in view.tables:
         decimals = table.decimal_columns
 
@@ -243,8 +242,6 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
         view_name, stream_id = group_key
         view = views[view_name]
         state = _decode_state(view, state_text, first_seq) if state_text else StreamState(last_seq=first_seq - 1)
-        if state_text and not state.existed:
-            state.last_seq = first_seq - 1
         walk_stream(view, stream_id, state, pending, new, entries[view_name], out,
                     aggregates.setdefault(view_name, {}))
         walk_seconds += time.perf_counter() - started

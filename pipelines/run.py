@@ -1,4 +1,4 @@
-"""The engine's entry points: run (ingest + project), rebuild, operator retry/skip, status."""
+"""The engine's entry points: run (ingest + project), ingest one batch, project, rebuild, retry/skip."""
 
 from __future__ import annotations
 
@@ -127,8 +127,9 @@ def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime
         paths = [p for p in landing_files(home) if batch_id_of(p) == batch_id]
         if not paths:
             raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
-        (result,) = ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths[:1])
-        return result
+        # other files with the same batch id are set aside as rejected (visibly), never ignored
+        results = ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
+        return next(r for r in results if r.batch_id == batch_id)
 
 
 def project_views(spark: SparkSource, home: Home, views: Sequence[View], selected: Sequence[View],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -79,6 +80,7 @@ class Home:
     landing_dir: Path | None = None
     archive_dir: Path | None = None
     database_path: Path | None = None
+    lock_wait_seconds: float = 0.0  # how long a writer waits for another to finish before failing
 
     @classmethod
     def from_env(cls, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
@@ -119,14 +121,21 @@ class Store:
         self._lock_fd = lock_fd
 
     @classmethod
-    def open(cls, home: Home, views: Iterable[View], wait: bool = False) -> "Store":
+    def open(cls, home: Home, views: Iterable[View]) -> "Store":
+        """Take the writer lock (waiting up to `home.lock_wait_seconds`) and open the store."""
         home.ensure()
         lock_fd = os.open(home.database.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(lock_fd)
-            raise StoreBusy(f"another inorder run is writing {home.database}; try again when it ends") from None
+        deadline = time.monotonic() + home.lock_wait_seconds
+        while True:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(lock_fd)
+                    raise StoreBusy(f"another inorder run is writing {home.database}; "
+                                    "try again when it ends") from None
+                time.sleep(0.2)
         try:
             con = duckdb.connect(str(home.database))
             con.execute("SET TimeZone = 'UTC'")

@@ -31,6 +31,7 @@ class ReadStoreResource(dg.ConfigurableResource):
 
     home: Optional[str] = Field(default=None, description="INORDER_HOME; default $INORDER_HOME or ./.inorder")
     database: Optional[str] = Field(default=None, description="DuckDB file; default $INORDER_DATABASE or HOME/store.duckdb")
+    lock_wait_seconds: float = Field(default=900.0, description="how long a step waits for another writer")
 
 
 class FoldersResource(dg.ConfigurableResource):
@@ -41,7 +42,10 @@ class FoldersResource(dg.ConfigurableResource):
 
 
 def inorder_home(store: ReadStoreResource, folders: FoldersResource) -> Home:
-    return Home.from_env(store.home, folders.landing, folders.archive, store.database)
+    """Runs queue on the store's lock rather than fail: Dagster pools keep them apart, the lock is the backstop."""
+    home = Home.from_env(store.home, folders.landing, folders.archive, store.database)
+    home.lock_wait_seconds = store.lock_wait_seconds
+    return home
 
 
 RESOURCES = {"spark": SparkResource(), "read_store": ReadStoreResource(), "folders": FoldersResource()}

@@ -24,6 +24,7 @@ def landing_home(tmp_path) -> Home:
     outside.write_text(opened("z") + "\n")
     (home.landing / "b4.jsonl").symlink_to(outside)
     (home.landing / ".hidden.jsonl").write_text("ignored: hidden files are not batches\n")
+    (home.landing / "b1.parquet").write_text("not read: b1.jsonl comes first and has batch id b1")
     return home
 
 
@@ -47,12 +48,14 @@ def test_ingest_archives_registers_and_rejects(tmp_path, monkeypatch, parallel):
             (home.landing / "b5.jsonl").write_text(opened("b") + "\n")
             ingest_landing(store, home, SourceMapping(), T - 1)
     assert [(r.batch_id, r.status) for r in results] == [
-        ("b1", "archived"), ("b2", "archived"), ("b3.xml", "rejected"), ("b4", "rejected")]
-    assert "unsupported" in results[2].reason and "outside the landing folder" in results[3].reason
+        ("b1", "archived"), ("b1.parquet", "rejected"), ("b2", "archived"), ("b3.xml", "rejected"), ("b4", "rejected")]
+    assert "already taken" in results[1].reason
+    assert "unsupported" in results[3].reason and "outside the landing folder" in results[4].reason
     log, errors = ingest_rows(home)
-    assert [row[:6] for row in log] == [(1, "b1", "archived", 3, 1, 2), (2, "b2", "archived", 1, 0, 1),
-                                        (3, "b3.xml", "rejected", 0, 0, 0), (4, "b4", "rejected", 0, 0, 0)]
+    assert [row[:6] for row in log] == [(1, "b1", "archived", 3, 1, 2), (2, "b1.parquet", "rejected", 0, 0, 0),
+                                        (3, "b2", "archived", 1, 0, 1), (4, "b3.xml", "rejected", 0, 0, 0),
+                                        (5, "b4", "rejected", 0, 0, 0)]
     assert errors == [("b1", 2, "malformed")]
     archived = pq.read_table(archive_path(home, 1)).to_pylist()
     assert [(m["entry_idx"], m["batch_id"], m["line"], m["seq"]) for m in archived] == [(1, "b1", 1, 1), (1, "b1", 3, 2)]
-    assert not archive_path(home, 3).exists()
+    assert not archive_path(home, 2).exists() and not archive_path(home, 4).exists()
