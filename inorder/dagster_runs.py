@@ -19,6 +19,7 @@ INSTANCE_YAML = """\
 # written by inorder: runs that write the read store never overlap
 concurrency:
   pools:
+    granularity: run
     default_limit: 1
   runs:
     tag_concurrency_limits:
