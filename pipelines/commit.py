@@ -15,8 +15,6 @@ from pipelines.project import PassPlan
 from pipelines.store import OUTCOME_COLUMNS, Store
 from pipelines.view import Table, View
 
-_DECIDED = OUTCOME_COLUMNS
-
 
 def _struct_type(table: Table) -> str:
     return json.dumps({c: t for c, t in table.columns.items()})
@@ -44,7 +42,7 @@ def _write_view_tables(store: Store, view: View) -> None:
                     f"ON CONFLICT ({keys}) DO UPDATE SET {updates}", ["aggregate", view.name, table.name])
 
 
-def _ledger_rows(store: Store, plan: PassPlan, out: pa.Table, subscribed_types: set[str]) -> list[list]:
+def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str]) -> list[list]:
     con = store.con
     counts: dict[tuple[str, int, str], int] = {}
     for view, entry_idx, name, n in con.execute(
@@ -55,7 +53,7 @@ def _ledger_rows(store: Store, plan: PassPlan, out: pa.Table, subscribed_types: 
         "WHERE entry_idx IN (SELECT DISTINCT entry_idx FROM pass_todo)").fetchall()}
     unrouted = {r[0]: r[1] for r in con.execute(
         "SELECT entry_idx, count(*) FROM pass_messages WHERE NOT list_contains(?, stream_type) GROUP BY ALL",
-        [sorted(subscribed_types)]).fetchall()} if _has_messages(store) else {}
+        [sorted(subscribed_types)]).fetchall()}
     pending_before = dict(con.execute("SELECT view, count(*) FROM inorder.pending GROUP BY ALL").fetchall())
     now = datetime.now(timezone.utc)
     rows = []
@@ -63,18 +61,13 @@ def _ledger_rows(store: Store, plan: PassPlan, out: pa.Table, subscribed_types: 
         pending = pending_before.get(view, 0)
         for entry in entries:
             c = {name: counts.get((view, entry.entry_idx, name), 0)
-                 for name in ("selected", *_DECIDED, "gaps_skipped")}
-            pending += c["selected"] - sum(c[name] for name in _DECIDED)
+                 for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")}
+            pending += c["selected"] - sum(c[name] for name in OUTCOME_COLUMNS)
             received_at, records, malformed, normalised = info[entry.entry_idx]
             rows.append([entry.batch_id, view, entry.entry_idx, entry.kind, received_at, records, malformed,
                          normalised, c["selected"], unrouted.get(entry.entry_idx, 0),
-                         *(c[name] for name in _DECIDED), pending, c["gaps_skipped"], now])
+                         *(c[name] for name in OUTCOME_COLUMNS), pending, c["gaps_skipped"], now])
     return rows
-
-
-def _has_messages(store: Store) -> bool:
-    return bool(store.con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pass_messages' AND temporary").fetchone()[0])
 
 
 def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table, files: list[str],
@@ -82,12 +75,10 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table, 
     """Write the pass output and its ledger rows atomically."""
     con = store.con
     con.register("pass_out", out)
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_messages (entry_idx BIGINT, stream_type VARCHAR)")
     if files:
-        con.execute("CREATE OR REPLACE TEMP TABLE pass_messages AS "
-                    "SELECT entry_idx, stream_type FROM read_parquet(?)", [files])
-    else:
-        con.execute("DROP TABLE IF EXISTS pass_messages")
-    ledger = _ledger_rows(store, plan, out, subscribed_types)
+        con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type FROM read_parquet(?)", [files])
+    ledger = _ledger_rows(store, plan, subscribed_types)
     con.execute("BEGIN TRANSACTION")
     try:
         # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
