@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from pipelines.apply import StreamApplier, describe_exception
 from pipelines.view import Event, View
@@ -67,13 +67,8 @@ def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:
     return i >= 0 and ranges[i][0] <= seq <= ranges[i][1]
 
 
-def _event(msg: tuple, stream_id: str) -> Event:
-    return Event(stream_id, msg[STREAM_TYPE], msg[SEQ], msg[TYPE], msg[PAYLOAD], msg[OCCURRED],
-                 msg[EVENT_ID], msg[BATCH])
-
-
 def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: list[tuple],
-                new_msgs: Iterator[tuple] | list[tuple], entries: list[PassEntry], out: PassOutput,
+                new_msgs: list[tuple], entries: list[PassEntry], out: PassOutput,
                 aggregate_sums: dict[str, dict]) -> None:
     """Process one (view, stream) through every entry of the pass and emit its results.
 
@@ -83,11 +78,15 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
     name = view.name
     pending: dict[int, tuple] = {m[SEQ]: m for m in pending_msgs}
     by_entry: dict[int, list[tuple]] = {}
-    for m in new_msgs:
-        by_entry.setdefault(m[ENTRY], []).append(m)
+    if new_msgs and new_msgs[0][ENTRY] == new_msgs[-1][ENTRY]:  # sorted by entry: all from one entry
+        by_entry[new_msgs[0][ENTRY]] = new_msgs
+    else:
+        for m in new_msgs:
+            by_entry.setdefault(m[ENTRY], []).append(m)
     if state.stream_type is None:
         state.stream_type = (pending_msgs or next(iter(by_entry.values())))[0][STREAM_TYPE]
     applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
+    apply = applier.apply
     gap_timeout_us = int(round(view.gap_timeout * 1_000_000))
     last_entry = 0
 
@@ -97,7 +96,8 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         while True:
             msg = pending.get(nxt)
             if msg is not None:
-                outcome, exc = applier.apply(_event(msg, stream_id))
+                outcome, exc = apply(Event(stream_id, msg[STREAM_TYPE], msg[SEQ], msg[TYPE], msg[PAYLOAD],
+                                           msg[OCCURRED], msg[EVENT_ID], msg[BATCH]))
                 if exc is not None:
                     exc_type, message, trace = describe_exception(exc)
                     out.emit("error", name, stream_id, entry.entry_idx, "handler_error",
