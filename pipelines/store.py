@@ -43,13 +43,16 @@ CREATE TABLE IF NOT EXISTS inorder.errors (
 CREATE TABLE IF NOT EXISTS inorder.gaps (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, first_missing BIGINT NOT NULL,
     last_missing BIGINT NOT NULL, waited_seconds DOUBLE NOT NULL, reason VARCHAR NOT NULL,
-    batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT);
+    batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT,
+    waited DOUBLE GENERATED ALWAYS AS (waited_seconds) VIRTUAL);  -- DESIGN §2 calls it "waited"
 CREATE TABLE IF NOT EXISTS inorder.batches (
     batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
     received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
     selected BIGINT, unrouted BIGINT, applied BIGINT, ignored BIGINT, handler_error BIGINT,
     duplicate BIGINT, late BIGINT, conflict BIGINT, pending BIGINT, gaps_skipped BIGINT,
-    committed_at TIMESTAMPTZ, PRIMARY KEY (batch_id, view));
+    committed_at TIMESTAMPTZ,
+    pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name DESIGN §3 uses
+    PRIMARY KEY (batch_id, view));
 """
 
 OUTCOME_COLUMNS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")

@@ -10,6 +10,8 @@ import dataclasses
 import json
 from decimal import Decimal
 
+import duckdb
+
 import pytest
 
 from pipelines.ingest import ingest_landing, record_entry
@@ -83,7 +85,7 @@ def test_poison_message_logged_while_later_messages_apply(spark, tmp_path):
 
 
 def test_gap_skipped_after_timeout_then_late(spark, tmp_path):
-    _, store = engine_equals_model(spark, tmp_path, [
+    home, store = engine_equals_model(spark, tmp_path, [
         batch(1, 0, opened("a"), dep("a", 3, 30)),
         tick(2, 599),
         tick(3, 600),
@@ -92,6 +94,11 @@ def test_gap_skipped_after_timeout_then_late(spark, tmp_path):
     late = [(e["view"], e["seq"]) for e in store["errors"] if e["kind"] == "late"]
     assert sorted(late) == [("account_activity", 2), ("accounts", 2), ("daily_totals", 2)]
     assert {g["waited_seconds"] for g in store["gaps"]} == {600.0}
+    con = duckdb.connect(str(home.database), read_only=True)  # DESIGN's own column names work too
+    assert con.execute("SELECT DISTINCT waited FROM inorder.gaps").fetchall() == [(600.0,)]
+    assert con.execute("SELECT pending_now FROM inorder.batches WHERE view = 'accounts' "
+                       "ORDER BY entry_idx").fetchall() == [(1,), (1,), (0,), (0,)]
+    con.close()
 
 
 def test_duplicate_versus_conflict(spark, tmp_path):
