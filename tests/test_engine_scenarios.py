@@ -11,7 +11,6 @@ import json
 from decimal import Decimal
 
 import duckdb
-
 import pytest
 
 from pipelines.ingest import ingest_landing, record_entry
