@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.ingest import event_batches
 from assets.logs import errors, gaps
-from assets.partitions import STORE_TAGS
+from assets.partitions import STORE_POOL, STORE_TAGS
 from assets.views import projections
 from pipelines.run import rebuild
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
@@ -25,7 +25,7 @@ class RebuildConfig(dg.Config):
     view: str
 
 
-@dg.op(pool="inorder_store")
+@dg.op(pool=STORE_POOL)
 def rebuild_view_op(context: dg.OpExecutionContext, config: RebuildConfig, spark: SparkResource,
                     read_store: ReadStoreResource, folders: FoldersResource) -> None:
     view = view_named(config.view)

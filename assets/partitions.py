@@ -1,17 +1,18 @@
 """One dynamic partition per batch file of the landing folder."""
 
+from datetime import datetime, timezone
+
 import dagster as dg
 
 BATCHES = dg.DynamicPartitionsDefinition(name="event_batches")
 STORE_POOL = "inorder_store"  # every step that writes the read store; the instance limits it to one at a time
-STORE_TAGS = {"inorder/store": "write"}  # run-level limit (see inorder/dagster_home.py)
+STORE_TAGS = {"inorder/store": "write"}  # run-level limit (instance config in inorder/dagster_runs.py)
 NOW_TAG = "inorder/now"  # logical time of a run (ISO 8601); the wall clock when absent
 TICK_TAG = "inorder/tick"  # "true": record a tick before projecting, so gap timers fire
 
 
-def run_time(context) -> "datetime | None":
-    from datetime import datetime, timezone
-
+def run_time(context) -> datetime | None:
+    """The run's logical time from its tag, or None for the wall clock."""
     text = context.run.tags.get(NOW_TAG)
     if not text:
         return None
