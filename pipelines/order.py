@@ -84,7 +84,10 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         for m in new_msgs:
             by_entry.setdefault(m[ENTRY], []).append(m)
     if state.stream_type is None:
-        state.stream_type = (pending_msgs or next(iter(by_entry.values())))[0][STREAM_TYPE]
+        first = pending_msgs or new_msgs
+        if not first:  # an operator entry for a stream this view never saw: nothing to do
+            return
+        state.stream_type = first[0][STREAM_TYPE]
     applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
     apply = applier.apply
     gap_timeout_us = int(round(view.gap_timeout * 1_000_000))
