@@ -52,7 +52,7 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str]) -> li
         "SELECT entry_idx, received_at, records, malformed, normalised FROM inorder.ingest_log "
         "WHERE entry_idx IN (SELECT DISTINCT entry_idx FROM pass_todo)").fetchall()}
     unrouted = {r[0]: r[1] for r in con.execute(
-        "SELECT entry_idx, count(*) FROM pass_messages WHERE NOT list_contains(?, stream_type) GROUP BY ALL",
+        "SELECT entry_idx, sum(n) FROM pass_messages WHERE NOT list_contains(?, stream_type) GROUP BY ALL",
         [sorted(subscribed_types)]).fetchall()}
     pending_before = dict(con.execute("SELECT view, count(*) FROM inorder.pending GROUP BY ALL").fetchall())
     now = datetime.now(timezone.utc)
@@ -70,14 +70,11 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str]) -> li
     return rows
 
 
-def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table, files: list[str],
+def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                 subscribed_types: set[str]) -> None:
-    """Write the pass output and its ledger rows atomically."""
+    """Write the pass output and its ledger rows atomically (after `run_pass` on the same store)."""
     con = store.con
     con.register("pass_out", out)
-    con.execute("CREATE OR REPLACE TEMP TABLE pass_messages (entry_idx BIGINT, stream_type VARCHAR)")
-    if files:
-        con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type FROM read_parquet(?)", [files])
     ledger = _ledger_rows(store, plan, subscribed_types)
     con.execute("BEGIN TRANSACTION")
     try:

@@ -112,15 +112,19 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     con.executemany("INSERT INTO pass_todo VALUES (?, ?)", plan.view_entries)
     con.execute("CREATE OR REPLACE TEMP TABLE pass_subs (view VARCHAR, stream_type VARCHAR)")
     con.executemany("INSERT INTO pass_subs VALUES (?, ?)", [(v.name, t) for v in views for t in v.subscribes])
-    touched_sql = """
+    # one scan of the archive: which streams the pass touches, and (for the ledger) their stream types
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_messages "
+                "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT)")
+    if files:
+        con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type, stream_id, count(*) "
+                    "FROM read_parquet(?) GROUP BY ALL", [files])
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE pass_streams AS
         SELECT view, stream_id FROM inorder.pending WHERE view IN (SELECT view FROM pass_todo)
         UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
-              JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view"""
-    if files:
-        touched_sql += """
-        UNION SELECT DISTINCT t.view, m.stream_id FROM read_parquet(?) m
-              JOIN pass_todo t USING (entry_idx) JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type"""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE pass_streams AS {touched_sql}", [files] if files else [])
+              JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
+        UNION SELECT t.view, m.stream_id FROM pass_messages m
+              JOIN pass_todo t USING (entry_idx) JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
 
     states: dict[tuple[str, str], dict] = {}
     for view_name, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked in con.execute(
@@ -291,8 +295,8 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
 
 
 def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], plan: PassPlan,
-             first_seq: int) -> tuple[pa.Table, list[str]]:
-    """Order and apply one pass in Spark; returns the pass output and the archive files it read."""
+             first_seq: int) -> pa.Table:
+    """Order and apply one pass in Spark; returns the pass output for `commit_pass`."""
     state_rows, files = load_inputs(store, home, views, plan)
     in_pass = [v for v in views if v.name in plan.by_view]
     frames = [spark.createDataFrame(state_rows)] if state_rows.num_rows else []
@@ -303,11 +307,11 @@ def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], p
             "CAST(2 AS INT) AS rec_type" if f.name == "rec_type" else
             "CAST(NULL AS STRING) AS state" if f.name == "state" else f.name for f in INPUT_SCHEMA]))
     if not frames:
-        return OUTPUT_SCHEMA.empty_table(), files
+        return OUTPUT_SCHEMA.empty_table()
     combined = functools.reduce(lambda a, b: a.unionByName(b), frames)
     partition = functools.partial(order_and_apply_partition, views={v.name: v for v in in_pass},
                                   entries=plan.by_view, first_seq=first_seq)
     result = (combined.repartition(shuffle_partitions(spark), "view", "stream_id")
               .sortWithinPartitions("view", "stream_id", "rec_type", "entry_idx", "line")
               .mapInArrow(partition, _OUTPUT_SPARK_SCHEMA))
-    return result.toArrow(), files
+    return result.toArrow()

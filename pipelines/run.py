@@ -83,9 +83,9 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
     session = (spark() if callable(spark) else spark) if plans else None
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
-        out, files = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
+        out = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
         spark_done = time.perf_counter()
-        commit_pass(store, list(selected), plan, out, files, subscribed)
+        commit_pass(store, list(selected), plan, out, subscribed)
         stats.spark_seconds += spark_done - started
         stats.commit_seconds += time.perf_counter() - spark_done
         stats.entries += len(plan.entries)
