@@ -112,14 +112,12 @@ class AggregateIncrements:
                 raise TypeError(f"{self.table.name}.{column}: increment must be a number, got {amount!r}")
         k = key[self._key_cols[0]] if len(self._key_cols) == 1 else tuple(key[c] for c in self._key_cols)
         current = self.sums.get(k)
-        if current is None:
-            self._journal.append((self.sums, k, _MISSING))
-            self.sums[k] = increments
-            return
-        self._journal.append((self.sums, k, current))
-        merged = dict(current)
-        for column, amount in increments.items():
-            merged[column] = merged.get(column, 0) + amount
+        merged = dict(increments) if current is None else dict(current)
+        if current is not None:
+            for column, amount in increments.items():
+                merged[column] = merged.get(column, 0) + amount
+        self.table.check_row(merged)  # a sum too large for its column fails this handler, not the commit
+        self._journal.append((self.sums, k, _MISSING if current is None else current))
         self.sums[k] = merged
 
 
@@ -138,7 +136,6 @@ class StreamApplier:
 
     def __init__(self, view: View, stream_id: str, keyed_rows: dict[str, list[dict]],
                  newest_rows: dict[str, dict | None], aggregate_sums: dict[str, dict]) -> None:
-        self.view = view
         self.handlers = view.handlers
         self.predicate = view.predicate
         self.journal: list = []

@@ -11,6 +11,7 @@ import io
 import json
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -41,15 +42,51 @@ def _reject_constant(token: str) -> Any:
     raise Malformed(f"invalid JSON: {token} is not a JSON number")
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise Malformed(f"invalid JSON: number {text[:40]} is out of range")
-    return value
+
+
+_encode_string = json.encoder.encode_basestring  # the C encoder json.dumps uses with ensure_ascii=False
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Sorted keys, no spaces, and numbers exactly as they were written (never through a binary float:
+    money must not change on the way in)."""
+    parts: list[str] = []
+    _canonical(value, parts.append)
+    return "".join(parts)
+
+
+def _canonical(value: Any, out) -> None:
+    kind = type(value)
+    if kind is str:
+        out(_encode_string(value))
+    elif kind is dict:
+        out("{")
+        for i, key in enumerate(sorted(value)):
+            if type(key) is not str:
+                raise TypeError(f"object key {key!r} is not a string")
+            out("," if i else "")
+            out(_encode_string(key))
+            out(":")
+            _canonical(value[key], out)
+        out("}")
+    elif kind is list or kind is tuple:
+        out("[")
+        for i, item in enumerate(value):
+            out("," if i else "")
+            _canonical(item, out)
+        out("]")
+    elif value is None:
+        out("null")
+    elif value is True or value is False:
+        out("true" if value else "false")
+    elif kind is int or kind is Decimal:
+        out(str(value))  # a Decimal parsed from JSON text is finite and keeps its digits
+    elif kind is float:  # from Parquet columns
+        if not math.isfinite(value):
+            raise ValueError(f"number {value} is not finite")
+        out(float.__repr__(value))
+    else:
+        raise TypeError(f"{kind.__name__} is not a JSON value")
 
 
 @dataclass(frozen=True)
@@ -160,6 +197,8 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
                 text.encode("utf-8")
     except UnicodeEncodeError:
         raise Malformed("text contains an unpaired UTF-16 surrogate escape") from None
+    except RecursionError:
+        raise Malformed("payload is nested too deeply") from None
     except (ValueError, TypeError) as exc:
         raise Malformed(f"payload cannot be stored as JSON: {exc}") from None
     return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
@@ -167,7 +206,7 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
 
 def _parse_json_line(text: str) -> Any:
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=Decimal)
     except Malformed:
         raise
     except RecursionError:

@@ -16,7 +16,6 @@ from pipelines.view import Event, View
 
 # A message as the walker holds it (a tuple: cheap to build from Arrow columns).
 SEQ, ENTRY, LINE, BATCH, TYPE, PAYLOAD, OCCURRED, EVENT_ID, STREAM_TYPE = range(9)
-OUTCOMES = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,6 @@ class PassOutput:
         self.counts: dict[tuple[str, int, str], int] = {}
         # (kind, view, stream, entry, name, data, message tuple or None)
         self.records: list[tuple[str, str, str, int, str, Any, tuple | None]] = []
-        self.aggregates: dict[str, dict[str, dict]] = {}  # view -> table -> key -> sums
 
     def count(self, view: str, entry_idx: int, outcome: str, n: int = 1) -> None:
         key = (view, entry_idx, outcome)
@@ -178,8 +176,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
                 out.count(name, entry.entry_idx, "handler_error")
                 state.last_seq = dropped[SEQ]
         if not state.parked:
-            walk(entry)
-        state.skipped.sort()
+            walk(entry)  # skipped ranges are appended in increasing seq order: `skipped` stays sorted
 
     out.emit("watermark", name, stream_id, last_entry, "",
              {"stream_type": state.stream_type, "last_seq": state.last_seq, "blocked_at": state.blocked_at,

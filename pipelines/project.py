@@ -213,7 +213,7 @@ def _output_batch(records: list[tuple]) -> pa.RecordBatch:
         streams.append(stream_id)
         entries.append(entry_idx)
         names.append(name)
-        if kind == "count":
+        if kind in ("count", "metric"):
             ns.append(data)
             datas.append(None)
         else:
@@ -283,7 +283,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
         flush_group()
     for (view_name, entry_idx, name), n in out.counts.items():
         out.emit("count", view_name, "", entry_idx, name, n)
-    out.emit("count", "", "", 0, "walk_us", int(walk_seconds * 1e6))
+    out.emit("metric", "", "", 0, "walk_us", int(walk_seconds * 1e6))
     for view_name, tables in aggregates.items():
         for table_name, sums in tables.items():
             if sums:

@@ -41,11 +41,10 @@ class ProjectionStats:
     streams_touched: dict[str, int] = field(default_factory=dict)
 
     def add(self, out: pa.Table) -> None:
+        metrics = out.filter(pc.equal(out["kind"], "metric"))
+        self.walk_seconds += sum(metrics["n"].to_pylist()) / 1e6  # the only metric: walk_us
         counts = out.filter(pc.equal(out["kind"], "count"))
         for view, name, n in zip(counts["view"].to_pylist(), counts["name"].to_pylist(), counts["n"].to_pylist()):
-            if name == "walk_us":
-                self.walk_seconds += n / 1e6
-                continue
             per_view = self.by_view.setdefault(view, {})
             per_view[name] = per_view.get(name, 0) + n
             if name == "selected":

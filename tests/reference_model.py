@@ -8,7 +8,6 @@ Only the view declarations (duck-typed `View`/`Table` from pipelines/view.py) ar
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
@@ -34,7 +33,14 @@ class Entry:
 
 
 def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Sorted keys, no spaces; JSON numbers keep the exact text they were written with."""
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{canonical(k)}:{canonical(obj[k])}" for k in sorted(obj)) + "}"
+    if isinstance(obj, list):
+        return "[" + ",".join(canonical(v) for v in obj) + "]"
+    if isinstance(obj, Decimal):
+        return str(obj)
+    return json.dumps(obj, ensure_ascii=False)  # strings, ints, true/false/null
 
 
 def split_lines(data: str | bytes) -> list[str | bytes]:
@@ -51,13 +57,6 @@ def _bad_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError("number overflows")
-    return value
-
-
 def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 << 20) -> dict | None:
     """The normalised message of one record line, or None when the record is malformed."""
     cr = b"\r" if isinstance(raw, bytes) else "\r"
@@ -71,7 +70,7 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
     if len(data) > max_record_bytes:
         return None
     try:
-        obj = json.loads(text, parse_constant=_bad_constant, parse_float=_finite_float)
+        obj = json.loads(text, parse_constant=_bad_constant, parse_float=Decimal)
         canonical(obj).encode("utf-8")  # lone surrogates from \\ud800 escapes cannot be stored
     except (ValueError, RecursionError, UnicodeError):
         return None
