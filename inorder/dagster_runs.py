@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 import dagster as dg
 
-from pipelines.ingest import batch_id_of, known_batch_ids, landing_files
-from pipelines.store import Home, Store
+from pipelines.ingest import check_logical_time, new_landing_files
+from pipelines.store import Home, Store, us_from_utc
 
 INSTANCE_YAML = """\
 # written by inorder: runs that write the read store never overlap
@@ -71,16 +71,11 @@ def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[st
     started = time.perf_counter()
     os.environ["INORDER_HOME"] = str(home.root)
     instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
-    moment = now or datetime.now(timezone.utc)
-    tags = {NOW_TAG: moment.isoformat()} if now else {}
+    tags = {NOW_TAG: now.isoformat()} if now else {}
     with Store.open(home, ALL_VIEWS) as store:
-        known = known_batch_ids(store)
+        new = [f.batch_id for f in new_landing_files(store, home)]
         if now is not None:
-            from pipelines.ingest import check_logical_time
-            from pipelines.store import us_from_utc
-
             check_logical_time(store, us_from_utc(now))
-    new = list(dict.fromkeys(b for b in map(batch_id_of, landing_files(home)) if b not in known))
     existing = set(instance.get_dynamic_partitions(BATCHES.name))
     instance.add_dynamic_partitions(BATCHES.name, [b for b in new if b not in existing])
     report = CliRun()

@@ -143,32 +143,46 @@ def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = N
     return entry_idx
 
 
-def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
-                   progress=lambda message: None, only: list[Path] | None = None) -> list[IngestResult]:
-    """Ingest every landing file (or `only` these) not yet known, in file-name order, at logical time `t_us`.
+@dataclass(frozen=True)
+class LandingFile:
+    path: Path
+    batch_id: str  # the file's stem, or its whole name when another file already has that stem
+    clash: str | None = None  # why it is set aside instead of ingested
 
-    Files are inspected in parallel worker processes when there is enough data to pay for them;
-    they are archived and registered one by one, in order."""
+
+def new_landing_files(store: Store, home: Home, only: list[Path] | None = None) -> list[LandingFile]:
+    """Landing files (or `only` these) never ingested nor set aside, in file-name order.
+
+    A file whose batch id another file already has (b1.csv after b1.jsonl) is never ignored:
+    it becomes a clash, registered under its whole file name as a rejected batch."""
     known_ids = known_batch_ids(store)
     known_files = {r[0] for r in store.con.execute(
         "SELECT file_name FROM inorder.ingest_log WHERE kind = 'batch'").fetchall()}
-    new, clashes = [], {}
+    found = []
     for path in (landing_files(home) if only is None else only):
-        batch_id = batch_id_of(path)
+        batch_id, clash = batch_id_of(path), None
         if path.name in known_files or path.name in known_ids:
             continue  # this very file was ingested (or set aside) before
         if batch_id in known_ids:
-            # another file already has this batch id (e.g. b1.csv after b1.jsonl): set it aside, visibly
-            clashes[path] = f"batch id {batch_id!r} is already taken by another file; rename this one"
+            clash = f"batch id {batch_id!r} is already taken by another file; rename this one"
             batch_id = path.name
         known_ids.add(batch_id)
-        new.append((path, batch_id))
+        found.append(LandingFile(path, batch_id, clash))
+    return found
+
+
+def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
+                   progress=lambda message: None, only: list[Path] | None = None) -> list[IngestResult]:
+    """Ingest every new landing file (or `only` these), in file-name order, at logical time `t_us`.
+
+    Files are inspected in parallel worker processes when there is enough data to pay for them;
+    they are archived and registered one by one, in order."""
+    new = new_landing_files(store, home, only)
     if not new:
         return []
     check_logical_time(store, t_us)
     first_idx = store.next_entry_idx()
-    jobs = [(home, path, batch_id, first_idx + i, mapping) for i, (path, batch_id) in enumerate(new)
-            if path not in clashes]
+    jobs = [(home, f.path, f.batch_id, first_idx + i, mapping) for i, f in enumerate(new) if f.clash is None]
     total_bytes = sum(job[1].stat().st_size for job in jobs if job[1].is_file())
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers > 1 and total_bytes > _PARALLEL_BYTES:
@@ -178,10 +192,10 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
         pool, inspected = None, (_inspect(*job) for job in jobs)
     results = []
     try:
-        for i, (path, batch_id) in enumerate(new):
-            result = (None, None, 0, clashes[path]) if path in clashes else next(inspected)
-            registered = _register(store, home, path, batch_id, first_idx + i, t_us, result)
-            progress(f"ingest {len(results) + 1}/{len(new)} {path.name}: {registered.status}, "
+        for i, f in enumerate(new):
+            result = (None, None, 0, f.clash) if f.clash else next(inspected)
+            registered = _register(store, home, f.path, f.batch_id, first_idx + i, t_us, result)
+            progress(f"ingest {len(results) + 1}/{len(new)} {f.path.name}: {registered.status}, "
                      f"{registered.records} records, {registered.malformed} malformed"
                      + (f" ({registered.reason})" if registered.reason else ""))
             results.append(registered)

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.commit import commit_pass
 from pipelines.ingest import (IngestResult, batch_id_of, check_logical_time, ingest_landing, landing_files,
-                              record_entry)
+                              new_landing_files, record_entry)
 from pipelines.inspect import SourceMapping
 from pipelines.project import plan_passes, run_pass
 from pipelines.store import Home, Store, us_from_utc
@@ -114,21 +114,23 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
 
 
 def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime | None = None) -> IngestResult:
-    """Ingest the landing file of one batch; a batch already registered is returned as it was (idempotent)."""
+    """Ingest the landing file(s) of one batch id (a file's stem, or a clashing file's whole name).
+
+    Idempotent: a batch already registered is returned as it was. Another file that claims the
+    same batch id is set aside as a rejected batch on the way, never ignored."""
     with Store.open(home, views) as store:
-        known = store.con.execute(
-            "SELECT entry_idx, status, records, malformed, bytes, reason FROM inorder.ingest_log "
-            "WHERE batch_id = ? AND kind = 'batch'", [batch_id]).fetchone()
-        if known is not None:
-            entry_idx, status, records, malformed, size, reason = known
-            return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
-                                already_ingested=True)
-        paths = [p for p in landing_files(home) if batch_id_of(p) == batch_id]
-        if not paths:
+        paths = [p for p in landing_files(home) if batch_id in (batch_id_of(p), p.name)]
+        already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?",
+                                    [batch_id]).fetchone()[0] > 0
+        if not already and not paths:
             raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
-        # other files with the same batch id are set aside as rejected (visibly), never ignored
-        results = ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
-        return next(r for r in results if r.batch_id == batch_id)
+        if new_landing_files(store, home, only=paths):
+            ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
+        entry_idx, status, records, malformed, size, reason = store.con.execute(
+            "SELECT entry_idx, status, records, malformed, bytes, reason FROM inorder.ingest_log "
+            "WHERE batch_id = ?", [batch_id]).fetchone()
+        return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
+                            already_ingested=already)
 
 
 def project_views(spark: SparkSource, home: Home, views: Sequence[View], selected: Sequence[View],

@@ -102,9 +102,11 @@ def test_sensor_requests_one_run_per_new_file(tmp_path):
                                                    cursor=result.cursor))
     assert again.run_requests == [] and again.dynamic_partitions_requests == []
     (home.landing / "b2.jsonl").write_text('{"stream_id": "a", "seq": 2, "type": "Deposited"}\n')
+    (home.landing / "b1.parquet").write_text("claims batch id b1 too")
     third = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home),
                                                    cursor=again.cursor))
-    assert [r.partition_key for r in third.run_requests] == ["b2"]
+    # the second claimant of b1 gets its own key, so its run sets it aside visibly
+    assert [r.partition_key for r in third.run_requests] == ["b1.parquet", "b2"]
 
 
 @pytest.fixture

@@ -59,3 +59,20 @@ def test_ingest_archives_registers_and_rejects(tmp_path, monkeypatch, parallel):
     archived = pq.read_table(archive_path(home, 1)).to_pylist()
     assert [(m["entry_idx"], m["batch_id"], m["line"], m["seq"]) for m in archived] == [(1, "b1", 1, 1), (1, "b1", 3, 2)]
     assert not archive_path(home, 2).exists() and not archive_path(home, 4).exists()
+
+
+def test_ingest_batch_sets_a_later_claimant_of_the_same_id_aside(tmp_path):
+    from pipelines.run import ingest_batch
+
+    home = Home(tmp_path / "home").ensure()
+    (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
+    first = ingest_batch(home, ALL_VIEWS, "b1")
+    assert (first.status, first.already_ingested) == ("archived", False)
+    (home.landing / "b1.jsonl").unlink()
+    (home.landing / "b1.csv").write_text("stream_id,seq,type\na,2,Deposited\n")
+    again = ingest_batch(home, ALL_VIEWS, "b1")  # e.g. the sensor lost its cursor
+    assert (again.status, again.already_ingested, again.entry_idx) == ("archived", True, 1)
+    clash = ingest_batch(home, ALL_VIEWS, "b1.csv")
+    assert (clash.status, clash.already_ingested) == ("rejected", True) and "already taken" in clash.reason
+    log, _ = ingest_rows(home)
+    assert [row[:3] for row in log] == [(1, "b1", "archived"), (2, "b1.csv", "rejected")]
