@@ -76,54 +76,50 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
     con = store.con
     con.register("pass_out", out)
     ledger = _ledger_rows(store, plan, subscribed_types)
-    con.execute("BEGIN TRANSACTION")
     try:
-        # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
-        con.execute("""
-            CREATE OR REPLACE TEMP TABLE pass_prev AS
-            SELECT w.view, w.stream_id, w.last_seq FROM inorder.watermarks w
-            JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
-        con.execute("""
-            DELETE FROM inorder.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
-        con.execute("""
-            INSERT INTO inorder.watermarks
-            SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
-                   (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
-                   (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq
-            FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
-        con.execute("""
-            DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
-            WHERE p.view = t.view AND p.stream_id = t.stream_id""")
-        con.execute("""
-            INSERT INTO inorder.pending
-            SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
-                   msg_entry_idx
-            FROM pass_out WHERE kind = 'pending'""")
-        con.execute("""
-            INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
-                                        batch_id, line, reason, exception_type, message, traceback, logged_at,
-                                        entry_idx)
-            SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
-                   data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
-                   make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
-            FROM pass_out WHERE kind = 'error'
-            ORDER BY entry_idx, view, stream_id, seq, line""")
-        con.execute("""
-            INSERT INTO inorder.gaps
-            SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
-                   (data->>'waited_us')::BIGINT / 1e6, name, data->>'batch_id',
-                   make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
-            FROM pass_out WHERE kind = 'gap'
-            ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
-        for view in views:
-            if view.name in plan.by_view:
-                _write_view_tables(store, view)
-        con.executemany(
-            "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+        with store.transaction():
+            # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
+            con.execute("""
+                CREATE OR REPLACE TEMP TABLE pass_prev AS
+                SELECT w.view, w.stream_id, w.last_seq FROM inorder.watermarks w
+                JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
+            con.execute("""
+                DELETE FROM inorder.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
+            con.execute("""
+                INSERT INTO inorder.watermarks
+                SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
+                       (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
+                       (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq
+                FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
+            con.execute("""
+                DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
+                WHERE p.view = t.view AND p.stream_id = t.stream_id""")
+            con.execute("""
+                INSERT INTO inorder.pending
+                SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
+                       msg_entry_idx
+                FROM pass_out WHERE kind = 'pending'""")
+            con.execute("""
+                INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
+                                            batch_id, line, reason, exception_type, message, traceback, logged_at,
+                                            entry_idx)
+                SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
+                       data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
+                       make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
+                FROM pass_out WHERE kind = 'error'
+                ORDER BY entry_idx, view, stream_id, seq, line""")
+            con.execute("""
+                INSERT INTO inorder.gaps
+                SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
+                       (data->>'waited_us')::BIGINT / 1e6, name, data->>'batch_id',
+                       make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
+                FROM pass_out WHERE kind = 'gap'
+                ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
+            for view in views:
+                if view.name in plan.by_view:
+                    _write_view_tables(store, view)
+            con.executemany(
+                "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
     finally:
         con.unregister("pass_out")
 

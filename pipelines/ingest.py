@@ -33,9 +33,6 @@ class IngestResult:
     status: str  # archived | rejected
     records: int = 0
     malformed: int = 0
-    streams: int = 0
-    min_seq: int | None = None
-    max_seq: int | None = None
     bytes: int = 0
     reason: str | None = None
     already_ingested: bool = False
@@ -112,8 +109,7 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
             "VALUES (?, ?, 'batch', ?, ?, 'rejected', ?)", [entry_idx, batch_id, utc_from_us(t_us), path.name, reason])
         return IngestResult(entry_idx, batch_id, "rejected", reason=reason)
     _write_archive(home, entry_idx, batch)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction():
         con.execute(
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, bytes, sha256, "
             "records, malformed, normalised, status) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, 'archived')",
@@ -124,12 +120,7 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
                 "INSERT INTO inorder.errors (kind, batch_id, line, raw, reason, logged_at, entry_idx) "
                 "VALUES ('malformed', ?, ?, ?, ?, ?, ?)",
                 [[batch_id, line, raw, why, utc_from_us(t_us), entry_idx] for line, raw, why in batch.malformed])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), batch.streams,
-                        batch.min_seq, batch.max_seq, size)
+    return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), bytes=size)
 
 
 def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = None,

@@ -307,9 +307,6 @@ class InspectedBatch:
     batch_id: str
     messages: pa.Table
     malformed: list[tuple[int, str, str]] = field(default_factory=list)  # (line, raw, reason)
-    streams: int = 0
-    min_seq: int | None = None
-    max_seq: int | None = None
 
     @property
     def records(self) -> int:
@@ -350,6 +347,4 @@ def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMappi
         pa.array(columns[3], pa.int64()), pa.array(columns[4], pa.string()), pa.array(columns[5], pa.string()),
         pa.array(columns[6], pa.string()), pa.array(columns[7], pa.string()),
     ], schema=MESSAGE_SCHEMA)
-    seqs = columns[3]
-    return InspectedBatch(batch_id, table, malformed, streams=len(set(columns[1])),
-                          min_seq=min(seqs) if seqs else None, max_seq=max(seqs) if seqs else None)
+    return InspectedBatch(batch_id, table, malformed)

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.ingest import archive_path
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
-from pipelines.select import select_views
+from pipelines.select import select_views, subscriptions
 from pipelines.spark import shuffle_partitions
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
@@ -111,7 +111,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     con.execute("CREATE OR REPLACE TEMP TABLE pass_todo (view VARCHAR, entry_idx BIGINT)")
     con.executemany("INSERT INTO pass_todo VALUES (?, ?)", plan.view_entries)
     con.execute("CREATE OR REPLACE TEMP TABLE pass_subs (view VARCHAR, stream_type VARCHAR)")
-    con.executemany("INSERT INTO pass_subs VALUES (?, ?)", [(v.name, t) for v in views for t in v.subscribes])
+    con.executemany("INSERT INTO pass_subs (stream_type, view) VALUES (?, ?)", subscriptions(views))
     # one scan of the archive: which streams the pass touches, and (for the ledger) their stream types
     con.execute("CREATE OR REPLACE TEMP TABLE pass_messages "
                 "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT)")

@@ -157,16 +157,11 @@ def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
     mapping = source_mapping(home)
     with Store.open(home, views) as store:
         con = store.con
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with store.transaction():
             for table in view.tables:
                 con.execute(f'DELETE FROM "{table.name}"')
             for engine_table in ("watermarks", "pending", "errors", "gaps", "batches"):
                 con.execute(f"DELETE FROM inorder.{engine_table} WHERE view = ?", [view.name])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         progress(f"rebuild {view.name}: truncated; replaying the archive")
         return project(spark, store, home, views, [view], mapping, progress)
 

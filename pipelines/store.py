@@ -9,10 +9,11 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import duckdb
 
@@ -162,6 +163,17 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All or nothing: commit when the block ends, roll back when it raises."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield self.con
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
 
     def last_logical_time_us(self) -> int | None:
         row = self.con.execute("SELECT max(received_at) FROM inorder.ingest_log").fetchone()

@@ -1,6 +1,5 @@
 """Typed Dagster resources. Nothing is read at import time: environment variables are read when used."""
 
-import os
 from typing import Optional
 
 import dagster as dg
@@ -17,13 +16,10 @@ class SparkResource(dg.ConfigurableResource):
     master: Optional[str] = Field(default=None, description="Spark master URL; default INORDER_SPARK_MASTER or local[*]")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
 
-    def resolved_master(self) -> str:
-        return self.master or os.environ.get("INORDER_SPARK_MASTER") or "local[*]"
-
     def session(self):
         from pipelines.spark import spark_session
 
-        return spark_session(self.resolved_master(), self.conf)
+        return spark_session(self.master, self.conf)  # None: INORDER_SPARK_MASTER or local[*]
 
 
 class ReadStoreResource(dg.ConfigurableResource):
