@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +21,9 @@ import pyarrow.parquet as pq
 
 RAW_LIMIT = 4096
 MAX_SEQ = (1 << 63) - 1
+MAX_DEPTH = 128  # objects and arrays nested inside each other, the record itself being level 1
+MAX_ID_BYTES = 1024  # stream_id, stream_type, type and event_id are identifiers, not documents
+BOM = b"\xef\xbb\xbf"
 SUPPORTED_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
 MESSAGE_SCHEMA = pa.schema([
@@ -42,6 +46,42 @@ def _reject_constant(token: str) -> Any:
     raise Malformed(f"invalid JSON: {token} is not a JSON number")
 
 
+TOO_DEEP = f"JSON is nested deeper than {MAX_DEPTH} levels"
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether objects/arrays nest deeper than `limit` levels in `value` (iterative: never recurses)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _control(text: str) -> str | None:
+    """The first control character (U+0000–U+001F, U+007F) in `text`, if any."""
+    if text.isprintable():
+        return None
+    return next((ch for ch in text if ch < " " or ch == "\x7f"), None)
+
+
+def _check_id(text: str | None, what: str) -> None:
+    if text is None:
+        return
+    size = len(text) if len(text) * 4 <= MAX_ID_BYTES else len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_ID_BYTES:
+        raise Malformed(f"{what} is {size} bytes, over the {MAX_ID_BYTES}-byte limit for identifiers")
+    bad = _control(text)
+    if bad is not None:
+        raise Malformed(f"{what} contains the control character U+{ord(bad):04X}")
 
 
 _encode_string = json.encoder.encode_basestring  # the C encoder json.dumps uses with ensure_ascii=False
@@ -190,6 +230,9 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     elif occurred_at is not None and not isinstance(occurred_at, str):
         raise Malformed("occurred_at must be a string")
     event_id = _text_or_int(_get(record, mapping.event_id), "event_id", False)
+    for text, what in ((stream_id, "stream_id"), (stream_type, "stream_type"), (event_type, "type"),
+                       (event_id, "event_id")):
+        _check_id(text, what)
     try:
         payload_text = canonical_json(payload)
         for text in (stream_id, stream_type, event_type, payload_text, occurred_at, event_id):
@@ -198,21 +241,25 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     except UnicodeEncodeError:
         raise Malformed("text contains an unpaired UTF-16 surrogate escape") from None
     except RecursionError:
-        raise Malformed("payload is nested too deeply") from None
+        raise Malformed(TOO_DEEP) from None
     except (ValueError, TypeError) as exc:
         raise Malformed(f"payload cannot be stored as JSON: {exc}") from None
     return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
 
 
-def _parse_json_line(text: str) -> Any:
+def _parse_json_line(text: str, levels: int = MAX_DEPTH) -> Any:
+    """Parse JSON text that may nest `levels` levels (fewer for a payload inside a record)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=Decimal)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=Decimal)
     except Malformed:
         raise
     except RecursionError:
-        raise Malformed("invalid JSON: nested too deeply") from None
+        raise Malformed(TOO_DEEP) from None
     except ValueError as exc:
         raise Malformed(f"invalid JSON: {exc}") from None
+    if text.count("[") + text.count("{") > levels and _too_deep(value, levels):  # cheap test first
+        raise Malformed(TOO_DEEP)
+    return value
 
 
 def _raw(data: bytes | str) -> str:
@@ -223,6 +270,8 @@ def _raw(data: bytes | str) -> str:
 
 def _jsonl_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
     """(line number, raw, parsed record or Malformed) for each line of a JSON Lines file."""
+    if data.startswith(BOM):  # a UTF-8 byte order mark at the start of the file is not part of line 1
+        data = data[len(BOM):]
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -244,6 +293,9 @@ def _jsonl_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, b
 
 
 def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
+    # No field limit of its own (the default 128 KiB would reject the field, not measure the record):
+    # the whole file is in memory already, and max_record_bytes bounds each record below.
+    csv.field_size_limit(sys.maxsize)
     text = data.decode("utf-8-sig", errors="surrogateescape")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
@@ -278,7 +330,7 @@ def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, byt
             record: dict[str, Any] = {k: (v if v != "" else None) for k, v in zip(header, row)}
             payload = record.get(mapping.payload)
             if isinstance(payload, str):
-                record[mapping.payload] = _parse_json_line(payload)
+                record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
             yield number, raw, record
         except Malformed as exc:
             yield number, raw.encode("utf-8", "surrogateescape"), exc
@@ -289,14 +341,17 @@ def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, 
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for unreadable files
         raise RejectedFile(f"Parquet file cannot be read: {type(exc).__name__}: {exc}"[:500]) from None
+    nested = any(pa.types.is_nested(f.type) for f in table.schema)
     number = 0
     for batch in table.to_batches(max_chunksize=65_536):
         for record in batch.to_pylist():
             number += 1
             payload = record.get(mapping.payload)
             try:
+                if nested and _too_deep(record, MAX_DEPTH):
+                    raise Malformed(TOO_DEEP)
                 if isinstance(payload, str):
-                    record[mapping.payload] = _parse_json_line(payload)
+                    record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
                 yield number, _raw(json.dumps(record, default=str)), record
             except Malformed as exc:
                 yield number, _raw(json.dumps(record, default=str)), exc
@@ -325,6 +380,8 @@ def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMappi
             data = path.read_bytes()
         except OSError as exc:
             raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
+        if not data:
+            raise RejectedFile("the file is empty (0 bytes): nothing to ingest")
         records = _jsonl_records(data, mapping) if fmt == "jsonl" else _csv_records(data, mapping)
     columns: list[list] = [[] for _ in range(8)]
     malformed: list[tuple[int, str, str]] = []

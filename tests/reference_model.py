@@ -57,6 +57,24 @@ def _bad_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+MAX_DEPTH = 128  # DESIGN §2 / STORE.md: a record nests objects and arrays at most 128 levels (itself = 1)
+MAX_ID_BYTES = 1024  # stream_id, stream_type, type, event_id: at most 1 KiB of UTF-8, no control characters
+BOM = "\ufeff"
+
+
+def _depth(obj: Any, limit: int) -> int:
+    """Nesting levels of objects/arrays in `obj`, counting no further than limit + 1."""
+    if limit < 0 or not isinstance(obj, (dict, list)):
+        return 0
+    children = obj.values() if isinstance(obj, dict) else obj
+    return 1 + max((_depth(c, limit - 1) for c in children), default=0)
+
+
+def _good_id(text: str) -> bool:
+    return (len(text.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES
+            and not any(ord(ch) < 32 or ord(ch) == 127 for ch in text))
+
+
 def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 << 20) -> dict | None:
     """The normalised message of one record line, or None when the record is malformed."""
     cr = b"\r" if isinstance(raw, bytes) else "\r"
@@ -71,10 +89,9 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
         return None
     try:
         obj = json.loads(text, parse_constant=_bad_constant, parse_float=Decimal)
-        canonical(obj).encode("utf-8")  # lone surrogates from \\ud800 escapes cannot be stored
-    except (ValueError, RecursionError, UnicodeError):
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(obj, dict):
+    if not isinstance(obj, dict) or _depth(obj, MAX_DEPTH) > MAX_DEPTH:
         return None
     stream_id = obj.get("stream_id")
     if isinstance(stream_id, bool) or not isinstance(stream_id, (str, int)) or stream_id == "":
@@ -97,11 +114,21 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
     stream_type = obj.get("stream_type", "account")
     if not isinstance(stream_type, str) or not stream_type:
         return None
-    return {
+    message = {
         "stream_id": str(stream_id), "stream_type": stream_type, "seq": seq, "event_type": event_type,
         "payload": canonical(obj["payload"]) if "payload" in obj else "{}",
         "occurred_at": occurred_at, "event_id": None if event_id is None else str(event_id),
     }
+    ids = [message[k] for k in ("stream_id", "stream_type", "event_type", "event_id") if message[k] is not None]
+    if not all(_good_id(i) for i in ids):
+        return None
+    try:  # lone surrogates from \\ud800 escapes cannot be stored (fields the record does not map are never stored)
+        for value in message.values():
+            if isinstance(value, str):
+                value.encode("utf-8")
+    except UnicodeError:
+        return None
+    return message
 
 
 # --------------------------------------------------------------------------- table values
@@ -279,6 +306,11 @@ class Model:
                 return
             self.seen.add(e.batch_id)
             lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else list(e.lines or [])
+            if not lines:
+                return  # an empty file is set aside as a rejected batch: no ledger rows, time does not move
+            bom = BOM.encode() if isinstance(lines[0], bytes) else BOM
+            if lines[0].startswith(bom):  # a byte order mark at the start of the file is not part of line 1
+                lines[0] = lines[0][len(bom):]
             messages = []
             for number, raw in enumerate(lines, 1):
                 m = normalise(raw, self.first_seq, self.max_record_bytes)
