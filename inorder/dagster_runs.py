@@ -12,8 +12,10 @@ from typing import Callable
 
 import dagster as dg
 
+from pipelines.faults import crash_point
 from pipelines.ingest import check_logical_time, new_landing_files
-from pipelines.store import Home, Store, us_from_utc
+from pipelines.project import plan_passes
+from pipelines.store import Home, Store, take_lock, us_from_utc
 
 INSTANCE_YAML = """\
 # written by inorder: runs that write the read store never overlap
@@ -63,17 +65,31 @@ def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
 
 def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[str], None]) -> CliRun:
     """Ingest each new landing file as a partition of `event_batches` (file-name order), then project
-    every view once (with a tick when no file was new). Each is a Dagster run on the instance."""
+    every view once (with a tick when nothing was new). Each is a Dagster run on the instance."""
+    started = time.perf_counter()
+    home.ensure()
+    # one `inorder run` at a time per home, for its whole length (the store lock is per Dagster step);
+    # the lock goes with the process, so a killed run never leaves it behind
+    run_lock = take_lock(home.root / "run.lock", 0, f"another `inorder run` is in progress on {home.root}; "
+                                                   "try again when it ends")
+    try:
+        return _run_through_dagster(home, now, progress, started)
+    finally:
+        os.close(run_lock)
+
+
+def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[str], None],
+                         started: float) -> CliRun:
     from assets.partitions import BATCHES, NOW_TAG, TICK_TAG
     from inorder.definitions import defs
     from views import ALL_VIEWS
 
-    started = time.perf_counter()
     os.environ["INORDER_HOME"] = str(home.root)
     instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
     tags = {NOW_TAG: now.isoformat()} if now else {}
     with Store.open(home, ALL_VIEWS) as store:
         new = [f.batch_id for f in new_landing_files(store, home)]
+        interrupted = bool(plan_passes(store, ALL_VIEWS))  # archived entries an earlier run did not project
         if now is not None:
             check_logical_time(store, us_from_utc(now))
     existing = set(instance.get_dynamic_partitions(BATCHES.name))
@@ -89,7 +105,8 @@ def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[st
         progress(f"ingest {i}/{len(new)} {batch_id}: {metadata.get('status')}, {metadata.get('records')} records, "
                  f"{metadata.get('malformed')} malformed"
                  + (f" ({metadata['rejected_reason']})" if metadata.get("rejected_reason") else ""))
-    report.ticked = not new
+    crash_point("dagster.ingested")  # every new batch archived, none projected yet
+    report.ticked = not new and not interrupted  # finishing an interrupted run is not a tick
     result = defs.resolve_job_def("project_views").execute_in_process(
         instance=instance, tags={**tags, TICK_TAG: "true" if report.ticked else "false"}, run_config=QUIET,
         raise_on_error=False)

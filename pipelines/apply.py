@@ -10,6 +10,8 @@ import traceback
 from decimal import Decimal
 from typing import Any, Iterable
 
+from pipelines import faults
+from pipelines.faults import crash_point
 from pipelines.view import Event, Table, View
 
 _MISSING = object()
@@ -159,8 +161,11 @@ class StreamApplier:
             handler(event, self.tables)
         except Exception as exc:  # a handler's failure is data, never a crash of the run
             self._rollback()
+            crash_point("apply.handler_error")
             return "handler_error", exc
         self.journal.clear()
+        if faults.ARMED:
+            crash_point("apply.applied")
         return "applied", None
 
     def _rollback(self) -> None:

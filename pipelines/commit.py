@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from pipelines.faults import crash_point
 from pipelines.project import PassPlan
 from pipelines.store import OUTCOME_COLUMNS, Store
 from pipelines.view import Table, View
@@ -83,6 +84,7 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                 CREATE OR REPLACE TEMP TABLE pass_prev AS
                 SELECT w.view, w.stream_id, w.last_seq FROM inorder.watermarks w
                 JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
+            crash_point("commit.begun")
             con.execute("""
                 DELETE FROM inorder.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
             con.execute("""
@@ -91,6 +93,7 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                        (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
                        (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq
                 FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
+            crash_point("commit.watermarks")
             con.execute("""
                 DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
                 WHERE p.view = t.view AND p.stream_id = t.stream_id""")
@@ -99,6 +102,7 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                 SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
                        msg_entry_idx
                 FROM pass_out WHERE kind = 'pending'""")
+            crash_point("commit.pending")
             con.execute("""
                 INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
                                             batch_id, line, reason, exception_type, message, traceback, logged_at,
@@ -108,6 +112,7 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                        make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
                 FROM pass_out WHERE kind = 'error'
                 ORDER BY entry_idx, view, stream_id, seq, line""")
+            crash_point("commit.errors")
             con.execute("""
                 INSERT INTO inorder.gaps
                 SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
@@ -115,11 +120,14 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                        make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
                 FROM pass_out WHERE kind = 'gap'
                 ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
+            crash_point("commit.gaps")
             for view in views:
                 if view.name in plan.by_view:
                     _write_view_tables(store, view)
+            crash_point("commit.view_tables")
             con.executemany(
                 "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
+            crash_point("commit.ledger")
     finally:
         con.unregister("pass_out")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipelines.faults import crash_point
 from pipelines.inspect import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from pipelines.store import Home, Store, utc_from_us
 
@@ -81,7 +82,9 @@ def _write_archive(home: Home, entry_idx: int, batch: InspectedBatch) -> None:
     pq.write_table(batch.messages, tmp, compression="zstd")
     with tmp.open("rb") as f:
         os.fsync(f.fileno())
+    crash_point("ingest.archive_written")
     os.replace(tmp, target)
+    crash_point("ingest.archive_in_place")
 
 
 def _inspect(home: Home, path: Path, batch_id: str, entry_idx: int,
@@ -107,6 +110,7 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
         con.execute(
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, status, reason) "
             "VALUES (?, ?, 'batch', ?, ?, 'rejected', ?)", [entry_idx, batch_id, utc_from_us(t_us), path.name, reason])
+        crash_point("ingest.rejected_registered")
         return IngestResult(entry_idx, batch_id, "rejected", reason=reason)
     _write_archive(home, entry_idx, batch)
     with store.transaction():
@@ -115,11 +119,13 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
             "records, malformed, normalised, status) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, 'archived')",
             [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, batch.records, len(batch.malformed),
              batch.messages.num_rows])
+        crash_point("ingest.registering")
         if batch.malformed:
             con.executemany(
                 "INSERT INTO inorder.errors (kind, batch_id, line, raw, reason, logged_at, entry_idx) "
                 "VALUES ('malformed', ?, ?, ?, ?, ?, ?)",
                 [[batch_id, line, raw, why, utc_from_us(t_us), entry_idx] for line, raw, why in batch.malformed])
+    crash_point("ingest.registered")
     return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), bytes=size)
 
 
@@ -131,6 +137,7 @@ def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = N
         "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, status, target_view, target_stream) "
         "VALUES (?, ?, ?, ?, 'archived', ?, ?)",
         [entry_idx, f"{kind}-{entry_idx}", kind, utc_from_us(t_us), target_view, target_stream])
+    crash_point(f"{kind}.recorded")
     return entry_idx
 
 
@@ -172,6 +179,7 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
     if not new:
         return []
     check_logical_time(store, t_us)
+    crash_point("ingest.listed")
     first_idx = store.next_entry_idx()
     jobs = [(home, f.path, f.batch_id, first_idx + i, mapping) for i, f in enumerate(new) if f.clash is None]
     total_bytes = sum(job[1].stat().st_size for job in jobs if job[1].is_file())
@@ -185,6 +193,7 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
     try:
         for i, f in enumerate(new):
             result = (None, None, 0, f.clash) if f.clash else next(inspected)
+            crash_point("ingest.inspected")
             registered = _register(store, home, f.path, f.batch_id, first_idx + i, t_us, result)
             progress(f"ingest {len(results) + 1}/{len(new)} {f.path.name}: {registered.status}, "
                      f"{registered.records} records, {registered.malformed} malformed"

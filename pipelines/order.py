@@ -11,7 +11,9 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines import faults
 from pipelines.apply import StreamApplier, describe_exception
+from pipelines.faults import crash_point
 from pipelines.view import Event, View
 
 # A message as the walker holds it (a tuple: cheap to build from Arrow columns).
@@ -128,6 +130,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
                      {"first_missing": nxt, "last_missing": first_waiting - 1,
                       "waited_us": waited, "batch_id": entry.batch_id, "skipped_at_us": entry.t_us})
             out.count(name, entry.entry_idx, "gaps_skipped")
+            crash_point("order.gap_skipped")
             state.skipped.append((nxt, first_waiting - 1))
             nxt = first_waiting
         state.last_seq = nxt - 1
@@ -161,6 +164,8 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
             first = pending.get(seq)
             if first is None:
                 pending[seq] = msg
+                if faults.ARMED:
+                    crash_point("order.candidate")
             elif first[TYPE:STREAM_TYPE] == msg[TYPE:STREAM_TYPE]:
                 out.count(name, entry.entry_idx, "duplicate")
             else:
@@ -184,6 +189,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
               "pending_count": len(pending)})
     for msg in sorted(pending.values()):
         out.emit("pending", name, stream_id, msg[ENTRY], "", None, msg)
+    crash_point("order.stream_walked")
     for table in view.tables:
         member = applier.tables[table.name]
         if table.kind == "keyed":

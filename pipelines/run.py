@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from pipelines.commit import commit_pass
+from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, batch_id_of, check_logical_time, ingest_landing, landing_files,
                               new_landing_files, record_entry)
 from pipelines.inspect import SourceMapping
@@ -78,13 +79,16 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
     """Project every archived entry not yet committed for the `selected` views, pass by pass."""
     subscribed = {t for v in views for t in v.subscribes}
     plans = plan_passes(store, selected)
+    crash_point("project.planned")
     stats = ProjectionStats(passes=len(plans))
     session = (spark() if callable(spark) else spark) if plans else None
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
         out = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
         spark_done = time.perf_counter()
+        crash_point("project.ordered")
         commit_pass(store, list(selected), plan, out, subscribed)
+        crash_point("project.committed")
         stats.spark_seconds += spark_done - started
         stats.commit_seconds += time.perf_counter() - spark_done
         stats.entries += len(plan.entries)
@@ -104,7 +108,7 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
         t_us = _logical_now(store, now)
         report.ingested = ingest_landing(store, home, mapping, t_us, progress)
         report.ingest_seconds = time.perf_counter() - started
-        if not report.ingested:
+        if not report.ingested and not plan_passes(store, views):  # else: finish an interrupted run first
             report.tick_entry = record_entry(store, "tick", t_us)
             progress(f"no new batch: tick at {datetime.fromtimestamp(t_us / 1e6, timezone.utc).isoformat()}")
         report.projection = project(

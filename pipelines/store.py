@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 
 import duckdb
 
+from pipelines.faults import crash_point
 from pipelines.view import View
 
 ENGINE_DDL = """
@@ -26,6 +27,8 @@ CREATE TABLE IF NOT EXISTS inorder.ingest_log (
     received_at TIMESTAMPTZ NOT NULL, file_name VARCHAR, bytes BIGINT, sha256 VARCHAR,
     records BIGINT NOT NULL DEFAULT 0, malformed BIGINT NOT NULL DEFAULT 0, normalised BIGINT NOT NULL DEFAULT 0,
     status VARCHAR NOT NULL, reason VARCHAR, target_view VARCHAR, target_stream VARCHAR);
+-- added later (stores made before it get it on open): the file's mtime when it was hashed at ingest
+ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS mtime_ns BIGINT;
 CREATE TABLE IF NOT EXISTS inorder.watermarks (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
     blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
@@ -117,6 +120,22 @@ class Home:
         return self
 
 
+def take_lock(path: Path, wait_seconds: float, busy_message: str) -> int:
+    """An exclusive lock on `path` (held until the returned fd is closed, or the process dies),
+    waiting up to `wait_seconds`; StoreBusy(busy_message) when it stays taken."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise StoreBusy(busy_message) from None
+            time.sleep(0.2)
+
+
 class Store:
     """A connection to the read store, holding the writer lock for its lifetime."""
 
@@ -128,18 +147,8 @@ class Store:
     def open(cls, home: Home, views: Iterable[View]) -> "Store":
         """Take the writer lock (waiting up to `home.lock_wait_seconds`) and open the store."""
         home.ensure()
-        lock_fd = os.open(home.database.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + home.lock_wait_seconds
-        while True:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(lock_fd)
-                    raise StoreBusy(f"another inorder run is writing {home.database}; "
-                                    "try again when it ends") from None
-                time.sleep(0.2)
+        lock_fd = take_lock(home.database.with_suffix(".lock"), home.lock_wait_seconds,
+                            f"another inorder run is writing {home.database}; try again when it ends")
         try:
             con = duckdb.connect(str(home.database))
             con.execute("SET TimeZone = 'UTC'")
@@ -153,6 +162,7 @@ class Store:
         return cls(con, lock_fd)
 
     def close(self) -> None:
+        crash_point("store.close")  # closing checkpoints the WAL into the database file
         self.con.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -170,6 +180,7 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             yield self.con
+            crash_point("store.commit")
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")

@@ -1,0 +1,282 @@
+"""Crash anywhere: kill `inorder run` with SIGKILL at named crash points (pipelines/faults.py) and
+at seeded random moments, run it again, and compare the whole read store with a run that was
+never interrupted.
+
+    python -m tests.crash_sweep [--quick] [--seed N] [--random K] [--out DIR]
+
+A scenario is four `inorder run`s at fixed logical times over bank demo batches (with duplicates,
+conflicts, gaps, poison, malformed lines and a file that is rejected): two batches and a bad
+file; one more batch; a tick an hour later, so gaps time out; a straggler batch with late
+messages. The uninterrupted reference is snapshotted after each run. A crash case copies the
+snapshot before its run, lands that run's files, kills the run, re-runs it, and requires the
+store (view tables, watermarks, pending, errors, gaps, ledger, ingest log, archive) to equal the
+reference snapshot after that run, with the conservation identity holding; some cases then go
+on with the next run too, to show the home (and its Dagster instance) still works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+INORDER = str(Path(sys.executable).with_name("inorder"))
+# columns that hold the wall clock or a generated id: the only ones a re-run may change
+VOLATILE = {"inorder.batches": {"committed_at"}, "inorder.errors": {"error_id"}}
+
+
+@dataclass(frozen=True)
+class Step:
+    now: str
+    files: tuple[str, ...]  # staged files landed before this run
+
+
+STEPS = (
+    Step("2026-11-02T00:00:00Z", ("batch-00001.jsonl", "batch-00002.jsonl", "notes.txt")),
+    Step("2026-11-02T00:01:00Z", ("batch-00003.jsonl",)),
+    Step("2026-11-02T01:00:00Z", ()),  # a tick: open gaps time out
+    Step("2026-11-02T01:01:00Z", ("batch-00004.jsonl",)),  # stragglers: late messages
+)
+
+
+@dataclass(frozen=True)
+class Crash:
+    step: int  # index into STEPS of the run that is killed
+    point: str | None  # a named crash point, or None: killed from outside `after_s` after start
+    nth: int = 1  # the n-th time the point is passed
+    delay_us: int = 0  # kill this long after the point (lands inside what follows it)
+    after_s: float = 0.0
+
+    @property
+    def label(self) -> str:
+        if self.point is None:
+            return f"run {self.step + 1}: SIGKILL after {self.after_s:.2f}s"
+        delay = f" +{self.delay_us}us" if self.delay_us else ""
+        return f"run {self.step + 1}: {self.point}#{self.nth}{delay}"
+
+
+# (point, step, nth): every point is reached in that run of the scenario
+NAMED = [
+    ("ingest.listed", 0, 1), ("ingest.inspected", 0, 2), ("ingest.archive_written", 0, 1),
+    ("ingest.archive_in_place", 0, 2), ("ingest.registering", 0, 1), ("ingest.registered", 0, 1),
+    ("ingest.rejected_registered", 0, 1), ("dagster.ingested", 0, 1), ("project.planned", 0, 1),
+    ("order.candidate", 0, 200), ("apply.applied", 0, 300), ("apply.handler_error", 0, 1),
+    ("order.stream_walked", 0, 40), ("project.ordered", 0, 1), ("commit.begun", 0, 1),
+    ("commit.watermarks", 0, 1), ("commit.pending", 0, 1), ("commit.errors", 0, 1),
+    ("commit.view_tables", 0, 1), ("commit.ledger", 0, 1), ("project.committed", 0, 1),
+    ("ingest.registered", 1, 1), ("tick.recorded", 2, 1), ("order.gap_skipped", 2, 3), ("commit.gaps", 2, 1),
+    ("commit.ledger", 3, 1), ("apply.applied", 3, 50),
+]
+# inside DuckDB: the projection's COMMIT (the tick run commits once) and the checkpoint on close
+INSIDE_DUCKDB = [("store.commit", 2, 1, us) for us in (0, 300, 1_000, 3_000, 10_000)] + \
+                [("store.close", 2, 2, us) for us in (0, 1_000, 5_000, 20_000)]
+QUICK = [Crash(0, "ingest.archive_in_place", 2), Crash(0, "dagster.ingested"), Crash(0, "apply.applied", 300),
+         Crash(0, "commit.view_tables"), Crash(2, "store.commit", 1, 1_000)]
+
+
+@dataclass
+class Outcome:
+    label: str
+    killed: bool  # the run died by SIGKILL (False: it finished before the kill came)
+    identical: bool
+    conserved: bool
+    continued: bool | None  # the next run after recovery matched too (None: not tried)
+    seconds: float
+    detail: str = ""
+
+
+def stage(staging: Path, seed: int) -> None:
+    """Bank batches, with malformed lines in batch 2, and a file no reader accepts."""
+    subprocess.run([INORDER, "generate", "--out", str(staging), "--events", "4000", "--streams", "200",
+                    "--batches", "4", "--disorder", "0.3", "--duplicates", "0.05", "--gaps", "0.02",
+                    "--poison", "0.02", "--seed", str(seed)], check=True, capture_output=True)
+    with (staging / "batch-00002.jsonl").open("ab") as f:
+        f.write(b'{"stream_id": "acct-x", "seq": "one"}\n{not json\n\xff\xfe\n')
+    (staging / "notes.txt").write_text("not a batch\n")
+
+
+def inorder_run(home: Path, step: Step, crash: Crash | None = None) -> tuple[int, float, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME"))}
+    env["INORDER_HOME"] = str(home)
+    if crash is not None and crash.point is not None:
+        env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
+        env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)
+    started = time.perf_counter()
+    proc = subprocess.Popen([INORDER, "run", "--now", step.now], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    if crash is not None and crash.point is None:
+        try:
+            proc.wait(timeout=crash.after_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+    output, _ = proc.communicate(timeout=600)
+    return proc.returncode, time.perf_counter() - started, output
+
+
+def land(staging: Path, home: Path, step: Step) -> None:
+    (home / "landing").mkdir(parents=True, exist_ok=True)
+    for name in step.files:
+        shutil.copy2(staging / name, home / "landing" / name)
+
+
+def store_snapshot(home: Path) -> dict[str, list]:
+    """Every table of the read store (minus VOLATILE columns) and every archived entry, sorted."""
+    con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
+    try:
+        tables = [f"{schema}.{name}" for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() ORDER BY ALL").fetchall()]
+        snapshot = {}
+        for table in tables:
+            skip = VOLATILE.get(table, set())
+            columns = [c for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name || '.' || table_name = ? "
+                "ORDER BY column_index", [table]).fetchall() if c not in skip]
+            quoted = ", ".join(f'"{c}"' for c in columns)
+            schema, name = table.split(".")
+            snapshot[table] = [repr(r) for r in con.execute(
+                f'SELECT {quoted} FROM "{schema}"."{name}" ORDER BY ALL').fetchall()]
+    finally:
+        con.close()
+    for entry in sorted((home / "archive").glob("entry=*/messages.parquet")):
+        snapshot[f"archive/{entry.parent.name}"] = [repr(r) for r in pq.read_table(entry).to_pylist()]
+    return snapshot
+
+
+def first_difference(got: dict[str, list], want: dict[str, list]) -> str:
+    for name in sorted(set(got) | set(want)):
+        g, w = got.get(name), want.get(name)
+        if g != w:
+            if g is None or w is None:
+                return f"{name}: only in the {'reference' if g is None else 'crashed run'}"
+            extra, missing = sorted(set(g) - set(w))[:2], sorted(set(w) - set(g))[:2]
+            return f"{name}: {len(g)} rows vs {len(w)}; extra {extra}; missing {missing}"
+    return ""
+
+
+def conserved(home: Path) -> bool:
+    from pipelines.status import read_status
+    from views import ALL_VIEWS
+
+    con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
+    try:
+        status = read_status(con, ALL_VIEWS)
+        records_ok = con.execute("SELECT count(*) FROM inorder.ingest_log "
+                                 "WHERE records != malformed + normalised").fetchone()[0] == 0
+    finally:
+        con.close()
+    return records_ok and all(s.conserved for s in status.views)
+
+
+@dataclass
+class Sweep:
+    root: Path
+    seed: int = 1
+    step_seconds: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.staging = self.root / "staging"
+
+    def snapshot_home(self, after_step: int) -> Path:
+        return self.root / f"reference-{after_step}"
+
+    def prepare(self) -> None:
+        """Stage the batches and run the reference, snapshotting the home after each run."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True)
+        stage(self.staging, self.seed)
+        home = self.root / "reference"
+        for i, step in enumerate(STEPS):
+            land(self.staging, home, step)
+            code, seconds, output = inorder_run(home, step)
+            if code != 0:
+                raise RuntimeError(f"reference run {i + 1} failed:\n{output}")
+            self.step_seconds.append(seconds)
+            shutil.copytree(home, self.snapshot_home(i))
+
+    def try_crash(self, crash: Crash, go_on: bool = False) -> Outcome:
+        started = time.perf_counter()
+        home = self.root / "case"
+        shutil.rmtree(home, ignore_errors=True)
+        if crash.step == 0:
+            home.mkdir()
+        else:
+            shutil.copytree(self.snapshot_home(crash.step - 1), home)
+        step = STEPS[crash.step]
+        land(self.staging, home, step)
+        code, _, output = inorder_run(home, step, crash)
+        killed = code == -signal.SIGKILL
+        if crash.point is not None and not crash.delay_us and not killed:
+            raise AssertionError(f"{crash.label}: the crash point was not reached (exit {code}):\n{output[-2000:]}")
+        code, _, output = inorder_run(home, step)
+        if code != 0:
+            return Outcome(crash.label, killed, False, False, None, time.perf_counter() - started,
+                           f"re-run failed: {output[-1500:]}")
+        difference = first_difference(store_snapshot(home), store_snapshot(self.snapshot_home(crash.step)))
+        continued = None
+        if go_on and crash.step + 1 < len(STEPS):
+            land(self.staging, home, STEPS[crash.step + 1])
+            code, _, output = inorder_run(home, STEPS[crash.step + 1])
+            after = first_difference(store_snapshot(home), store_snapshot(self.snapshot_home(crash.step + 1)))
+            continued = code == 0 and not after
+            difference = difference or (after and f"next run: {after}") or (code and output[-1500:]) or ""
+        return Outcome(crash.label, killed, not difference, conserved(home), continued,
+                       time.perf_counter() - started, difference)
+
+
+def full_plan(step_seconds: list[float], seed: int, random_kills: int) -> list[Crash]:
+    rng = random.Random(seed)
+    plan = [Crash(step, point, nth) for point, step, nth in NAMED]
+    plan += [Crash(step, point, nth, delay) for point, step, nth, delay in INSIDE_DUCKDB]
+    for _ in range(random_kills):
+        step = rng.randrange(len(STEPS))
+        plan.append(Crash(step, None, after_s=round(rng.uniform(0.5, step_seconds[step]), 2)))
+    return plan
+
+
+def format_table(outcomes: list[Outcome]) -> str:
+    lines = [f"{'case':58} {'killed':6} {'same':5} {'conserved':9} {'next':5} {'s':>5}"]
+    for o in outcomes:
+        nxt = "-" if o.continued is None else "yes" if o.continued else "NO"
+        lines.append(f"{o.label:58} {'yes' if o.killed else 'no':6} {'yes' if o.identical else 'NO':5} "
+                     f"{'yes' if o.conserved else 'NO':9} {nxt:5} {o.seconds:5.1f}"
+                     + (f"  {o.detail}" if o.detail else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="five crash points, as CI runs them")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--random", type=int, default=10, help="random-moment kills (full sweep)")
+    p.add_argument("--out", default=".inorder/crash-sweep")
+    args = p.parse_args(argv)
+    sweep = Sweep(Path(args.out).resolve(), args.seed)
+    sweep.prepare()
+    print(f"reference: {len(STEPS)} runs in {', '.join(f'{s:.1f}' for s in sweep.step_seconds)} s", flush=True)
+    plan = QUICK if args.quick else full_plan(sweep.step_seconds, args.seed, args.random)
+    outcomes = []
+    for i, crash in enumerate(plan):
+        outcomes.append(sweep.try_crash(crash, go_on=i % 4 == 0))
+        print(format_table(outcomes[-1:]).splitlines()[-1], flush=True)
+    print(format_table(outcomes))
+    survived = [o for o in outcomes if o.identical and o.conserved and o.continued is not False]
+    killed = sum(o.killed for o in outcomes)
+    print(f"{len(survived)}/{len(outcomes)} crash cases survived ({killed} killed mid-run, "
+          f"{len({o.label.split('#')[0] for o in outcomes if '#' in o.label})} distinct named points)")
+    (sweep.root / "results.json").write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+    return 0 if len(survived) == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
