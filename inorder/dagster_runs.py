@@ -63,6 +63,20 @@ def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
     return {}
 
 
+CLI_HOME_TAG = "inorder/cli_home"  # the home an `inorder run` worked on
+
+
+def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:
+    """Runs of an earlier `inorder run` on this home that was killed stay 'started' for ever in the
+    UI. Under the run lock no other such run is alive: mark them failed, saying why."""
+    orphans = instance.get_runs(dg.RunsFilter(
+        statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED],
+        tags={CLI_HOME_TAG: str(home.root)}))
+    for run in orphans:
+        instance.report_run_failed(run, "the `inorder run` process running this died before the run ended; "
+                                        "a later `inorder run` finished its work")
+
+
 def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[str], None]) -> CliRun:
     """Ingest each new landing file as a partition of `event_batches` (file-name order), then project
     every view once (with a tick when nothing was new). Each is a Dagster run on the instance."""
@@ -86,7 +100,8 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
 
     os.environ["INORDER_HOME"] = str(home.root)
     instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
-    tags = {NOW_TAG: now.isoformat()} if now else {}
+    tags = {CLI_HOME_TAG: str(home.root), **({NOW_TAG: now.isoformat()} if now else {})}
+    _fail_orphaned_runs(instance, home)
     with Store.open(home, ALL_VIEWS) as store:
         new = [f.batch_id for f in new_landing_files(store, home)]
         interrupted = bool(plan_passes(store, ALL_VIEWS))  # archived entries an earlier run did not project

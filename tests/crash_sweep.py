@@ -164,6 +164,16 @@ def first_difference(got: dict[str, list], want: dict[str, list]) -> str:
     return ""
 
 
+def unfinished_dagster_runs(home: Path) -> int:
+    """Runs left 'started' (or queued) in the home's Dagster instance: a killed run must not stay so."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        return len(instance.get_runs(dg.RunsFilter(statuses=[
+            dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED,
+            dg.DagsterRunStatus.QUEUED])))
+
+
 def conserved(home: Path) -> bool:
     from pipelines.status import read_status
     from views import ALL_VIEWS
@@ -223,6 +233,8 @@ class Sweep:
             return Outcome(crash.label, killed, False, False, None, time.perf_counter() - started,
                            f"re-run failed: {output[-1500:]}")
         difference = first_difference(store_snapshot(home), store_snapshot(self.snapshot_home(crash.step)))
+        if not difference and unfinished_dagster_runs(home):
+            difference = f"{unfinished_dagster_runs(home)} Dagster runs left unfinished"
         continued = None
         if go_on and crash.step + 1 < len(STEPS):
             land(self.staging, home, STEPS[crash.step + 1])

@@ -1,0 +1,74 @@
+"""Two `inorder run`s on one home at once, and a Dagster run during a CLI run: one waits or fails
+with one clear line, nothing is applied twice, and the store equals a single run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.crash_sweep import INORDER, Step, first_difference, land, stage, store_snapshot
+
+STEP = Step("2026-11-02T00:00:00Z", ("batch-00001.jsonl", "batch-00002.jsonl", "batch-00003.jsonl", "notes.txt"))
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME"))}
+    return {**env, "INORDER_HOME": str(home)}
+
+
+def _start_run(home: Path) -> subprocess.Popen:
+    return subprocess.Popen([INORDER, "run", "--now", STEP.now], env=_env(home), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> tuple[Path, dict]:
+    """The batches, and the store of one uninterrupted, unaccompanied run over them."""
+    root = tmp_path_factory.mktemp("concurrency")
+    stage(root / "staging", seed=5)
+    home = root / "single"
+    land(root / "staging", home, STEP)
+    done = subprocess.run([INORDER, "run", "--now", STEP.now], env=_env(home), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return root / "staging", store_snapshot(home)
+
+
+def test_two_cli_runs_at_once_one_fails_with_one_line(single, tmp_path):
+    staging, want = single
+    home = tmp_path / "home"
+    land(staging, home, STEP)
+    first, second = _start_run(home), _start_run(home)
+    results = [(p.wait(timeout=600), *p.communicate()) for p in (first, second)]
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    (_, out, err), = [r for r in results if r[0] == 1]
+    assert out == "" and err.splitlines() == [
+        f"inorder: error: another `inorder run` is in progress on {home}; try again when it ends"]
+    assert first_difference(store_snapshot(home), want) == ""
+
+
+def test_a_dagster_run_during_a_cli_run_waits_for_it(single, tmp_path):
+    """The CLI ingests three batches; meanwhile Dagster ingests the third itself and projects."""
+    staging, want = single
+    home = tmp_path / "home"
+    land(staging, home, STEP)
+    cli = _start_run(home)
+    for line in cli.stderr:  # in flight: its partitions exist, its first batch is archived
+        if "ingest 1/" in line:
+            break
+    else:
+        pytest.fail(f"the CLI run ended before ingesting: {cli.wait()}")
+    tags = {"dagster/partition": "batch-00003", "inorder/now": STEP.now}
+    dagster = subprocess.run(
+        [DAGSTER, "job", "execute", "-m", "inorder.definitions", "-j", "ingest_batch", "--tags", json.dumps(tags)],
+        env={**_env(home), "DAGSTER_HOME": str(home / "dagster")}, capture_output=True, text=True, timeout=600)
+    rest = cli.stderr.read()
+    assert cli.wait(timeout=600) == 0, rest
+    assert dagster.returncode == 0, dagster.stdout[-3000:] + dagster.stderr[-3000:]
+    assert "RUN_SUCCESS" in dagster.stdout + dagster.stderr
+    assert first_difference(store_snapshot(home), want) == ""

@@ -1,0 +1,25 @@
+"""Crash anywhere, the CI part: a few crash points of tests/crash_sweep.py (the full sweep runs from
+`./scripts/reliability.sh`). Each kills `inorder run` with SIGKILL, re-runs it, and needs the whole
+store to equal the uninterrupted run's."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.crash_sweep import QUICK, Crash, Sweep
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Sweep:
+    sweep = Sweep(tmp_path_factory.mktemp("crash"), seed=3)
+    sweep.prepare()
+    return sweep
+
+
+@pytest.mark.parametrize("crash", QUICK, ids=[c.label for c in QUICK])
+def test_killed_run_then_rerun_equals_uninterrupted(sweep: Sweep, crash: Crash):
+    outcome = sweep.try_crash(crash, go_on=crash is QUICK[0])
+    assert outcome.killed, "the run was not killed"
+    assert outcome.identical, outcome.detail
+    assert outcome.conserved
+    assert outcome.continued is not False, outcome.detail
