@@ -1,0 +1,144 @@
+"""Soak: many small batches in a row through one long-lived engine process (one Spark session),
+with disorder, duplicates, conflicts, gaps, poison, malformed lines and ticks at random logical
+times. Conservation must hold after every batch, the store must equal the reference model's at
+the end, and memory must not grow with the number of batches.
+
+    python -m tests.soak [--batches 500] [--events-per-batch 60] [--seed 1] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tests.harness import assert_conserved, assert_same_store, read_store, run_entries
+from tests.reference_model import Entry, run_model
+from views import ALL_VIEWS
+from views.bank_generator import GeneratorConfig, generate
+
+T0 = 1_790_000_000.0
+TICK_STEPS = (1, 30, 120, 599, 600, 601, 900, 3600)  # seconds; the bank views time gaps out at 600 s
+
+
+def soak_entries(batches: int, events_per_batch: int, seed: int, staging: Path) -> list[Entry]:
+    """Bank batches from the demo generator, with ticks at random logical times between them."""
+    rng = random.Random(seed)
+    generate(staging, GeneratorConfig(events=batches * events_per_batch, streams=max(1, batches * events_per_batch // 40),
+                                      batches=batches, disorder=0.3, duplicates=0.05, gaps=0.01, poison=0.01,
+                                      seed=seed))
+    entries, t = [], T0
+    for path in sorted(staging.glob("batch-*.jsonl")):
+        entries.append(Entry("batch", path.stem, t, lines=path.read_text().splitlines()))
+        t += rng.choice(TICK_STEPS)
+        if rng.random() < 0.2:
+            entries.append(Entry("tick", f"tick-{len(entries) + 1}", t))
+            t += rng.choice(TICK_STEPS)
+    return entries
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (FileNotFoundError, StopIteration):
+        return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """Child processes, recursively (Spark's JVM and its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@dataclass
+class SoakReport:
+    batches: int = 0
+    ticks: int = 0
+    events: int = 0
+    seconds: float = 0.0
+    rss_mb: list[tuple[int, float, float]] = field(default_factory=list)  # (entries done, driver MB, total MB)
+    model_equal: bool = False
+
+    def trend(self) -> tuple[float, float]:
+        """Growth of total RSS in MB per 100 entries over the second half (after warm-up), and its peak."""
+        half = self.rss_mb[len(self.rss_mb) // 2:]
+        if len(half) < 2:
+            return 0.0, max((r[2] for r in self.rss_mb), default=0.0)
+        xs, ys = [r[0] for r in half], [r[2] for r in half]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+        return slope * 100, max(r[2] for r in self.rss_mb)
+
+
+def soak(spark, home_root: Path, batches: int, events_per_batch: int, seed: int,
+         progress=lambda message: None, sample_every: int = 10) -> SoakReport:
+    from pipelines.store import Home
+
+    shutil.rmtree(home_root, ignore_errors=True)
+    entries = soak_entries(batches, events_per_batch, seed, home_root / "staging")
+    home = Home(home_root / "home").ensure()
+    report = SoakReport(batches=sum(e.kind == "batch" for e in entries), ticks=sum(e.kind == "tick" for e in entries),
+                        events=sum(len(e.lines or ()) for e in entries))
+    started = time.perf_counter()
+    for i, entry in enumerate(entries, start=1):
+        run_entries(spark, home, ALL_VIEWS, [entry], check_conservation=False)
+        assert_conserved(home, ALL_VIEWS)  # after every batch and tick
+        if i % sample_every == 0 or i == len(entries):
+            driver = rss_bytes(os.getpid())
+            total = driver + sum(rss_bytes(p) for p in descendants(os.getpid()))
+            report.rss_mb.append((i, round(driver / 2**20, 1), round(total / 2**20, 1)))
+            progress(f"{i}/{len(entries)} entries, {time.perf_counter() - started:.0f}s, "
+                     f"RSS driver {driver / 2**20:.0f} MB, with Spark {total / 2**20:.0f} MB")
+    report.seconds = time.perf_counter() - started
+    assert_same_store(read_store(home, ALL_VIEWS), run_model(entries, ALL_VIEWS))
+    report.model_equal = True
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batches", type=int, default=500)
+    p.add_argument("--events-per-batch", type=int, default=60)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=".inorder/soak")
+    args = p.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pipelines.spark import spark_session
+
+    spark = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"})
+    out = Path(args.out).resolve()
+    report = soak(spark, out, args.batches, args.events_per_batch, args.seed,
+                  progress=lambda message: print(message, flush=True))
+    slope, peak = report.trend()
+    first, last = report.rss_mb[0], report.rss_mb[-1]
+    print(f"soak: {report.batches} batches + {report.ticks} ticks, {report.events} records, {report.seconds:.0f}s; "
+          f"conservation held after every entry; store equals the reference model: {report.model_equal}")
+    print(f"memory (driver + Spark JVM + workers): {first[2]:.0f} MB after {first[0]} entries, "
+          f"{last[2]:.0f} MB after {last[0]}, peak {peak:.0f} MB; second-half trend {slope:+.1f} MB per 100 entries")
+    (out / "results.json").write_text(json.dumps({**asdict(report), "trend_mb_per_100": slope, "peak_mb": peak}))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
