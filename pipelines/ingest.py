@@ -10,8 +10,9 @@ import hashlib
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow.parquet as pq
 
@@ -55,6 +56,13 @@ def batch_id_of(path: Path) -> str:
     return path.stem if path.suffix.lower() in SUPPORTED_SUFFIXES else path.name
 
 
+def files_for_batch(home: Home, batch_id: str) -> list[Path]:
+    """The landing files a batch id (a partition key) can stand for: the file with that stem, the file
+    with that whole name, or the file whose changed version it names (`<file name>@<hash>`)."""
+    return [p for p in landing_files(home)
+            if batch_id in (batch_id_of(p), p.name) or batch_id.startswith(p.name + "@")]
+
+
 def known_batch_ids(store: Store) -> set[str]:
     return {r[0] for r in store.con.execute("SELECT batch_id FROM inorder.ingest_log").fetchall()}
 
@@ -66,13 +74,39 @@ def check_logical_time(store: Store, t_us: int) -> None:
                                f"{utc_from_us(last).isoformat()}; logical time never runs backwards")
 
 
-def _sha256(path: Path) -> tuple[str, int]:
+class Fingerprint(NamedTuple):
+    """What the ingest log records of a file's content, to notice when it changes later."""
+
+    sha256: str | None  # None: not read (the file resolves outside the landing folder)
+    bytes: int
+    mtime_ns: int
+
+
+def _fingerprint(path: Path) -> Fingerprint:
+    """sha256 and size of the content, with the mtime taken before reading (a later write changes it)."""
     digest, size = hashlib.sha256(), 0
     with path.open("rb") as f:
+        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
             size += len(chunk)
-    return digest.hexdigest(), size
+    return Fingerprint(digest.hexdigest(), size, mtime_ns)
+
+
+def _inside_landing(home: Home, path: Path) -> bool:
+    return home.landing.resolve() in path.resolve().parents
+
+
+def current_version(home: Home, path: Path) -> tuple[str, Fingerprint]:
+    """(batch id, fingerprint) of a landing file's current content, for setting a changed file aside:
+    `<file name>@<16 hex of its sha256>`. A file that resolves outside the landing folder is never
+    read; its id hashes where it points instead."""
+    if _inside_landing(home, path):
+        fingerprint = _fingerprint(path)
+        return f"{path.name}@{fingerprint.sha256[:16]}", fingerprint
+    target = hashlib.sha256(os.fsencode(path.resolve())).hexdigest()
+    stat = path.stat()
+    return f"{path.name}@{target[:16]}", Fingerprint(None, stat.st_size, stat.st_mtime_ns)
 
 
 def _write_archive(home: Home, entry_idx: int, batch: InspectedBatch) -> None:
@@ -87,38 +121,43 @@ def _write_archive(home: Home, entry_idx: int, batch: InspectedBatch) -> None:
     crash_point("ingest.archive_in_place")
 
 
-def _inspect(home: Home, path: Path, batch_id: str, entry_idx: int,
-             mapping: SourceMapping) -> tuple[InspectedBatch | None, str | None, int, str | None]:
-    """(inspected batch or None, sha256, bytes, rejection reason). Pure: safe in a worker process."""
+Inspected = tuple[InspectedBatch | None, Fingerprint | None, str | None]  # (batch, fingerprint, rejection reason)
+
+
+def _inspect(home: Home, path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping) -> Inspected:
+    """(inspected batch or None, fingerprint, rejection reason). Pure: safe in a worker process."""
+    fingerprint = None
     try:
-        if home.landing.resolve() not in path.resolve().parents:
+        if not _inside_landing(home, path):
             raise RejectedFile("the file resolves outside the landing folder (symlink?)")
-        sha, size = _sha256(path)
-        return inspect_file(path, batch_id, entry_idx, mapping), sha, size, None
+        fingerprint = _fingerprint(path)
+        return inspect_file(path, batch_id, entry_idx, mapping), fingerprint, None
     except RejectedFile as exc:
-        return None, None, 0, str(exc)
+        return None, fingerprint, str(exc)
     except OSError as exc:
-        return None, None, 0, f"file cannot be read: {exc}"
+        return None, fingerprint, f"file cannot be read: {exc}"
 
 
 def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: int, t_us: int,
-              inspected: tuple[InspectedBatch | None, str | None, int, str | None]) -> IngestResult:
+              inspected: Inspected) -> IngestResult:
     """Archive an inspected file and register it as entry `entry_idx` (one transaction)."""
-    batch, sha, size, reason = inspected
+    batch, fingerprint, reason = inspected
+    sha, size, mtime_ns = fingerprint or (None, 0, None)
     con = store.con
     if batch is None:
         con.execute(
-            "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, status, reason) "
-            "VALUES (?, ?, 'batch', ?, ?, 'rejected', ?)", [entry_idx, batch_id, utc_from_us(t_us), path.name, reason])
+            "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, bytes, sha256, "
+            "mtime_ns, status, reason) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, 'rejected', ?)",
+            [entry_idx, batch_id, utc_from_us(t_us), path.name, fingerprint and size, sha, mtime_ns, reason])
         crash_point("ingest.rejected_registered")
-        return IngestResult(entry_idx, batch_id, "rejected", reason=reason)
+        return IngestResult(entry_idx, batch_id, "rejected", bytes=size, reason=reason)
     _write_archive(home, entry_idx, batch)
     with store.transaction():
         con.execute(
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, bytes, sha256, "
-            "records, malformed, normalised, status) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, 'archived')",
-            [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, batch.records, len(batch.malformed),
-             batch.messages.num_rows])
+            "mtime_ns, records, malformed, normalised, status) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, ?, 'archived')",
+            [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, mtime_ns, batch.records,
+             len(batch.malformed), batch.messages.num_rows])
         crash_point("ingest.registering")
         if batch.malformed:
             con.executemany(
@@ -144,29 +183,82 @@ def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = N
 @dataclass(frozen=True)
 class LandingFile:
     path: Path
-    batch_id: str  # the file's stem, or its whole name when another file already has that stem
+    batch_id: str  # the file's stem; its whole name when another file has that stem; `name@hash` when changed
     clash: str | None = None  # why it is set aside instead of ingested
+    fingerprint: Fingerprint | None = None  # of a changed file's new content
+
+
+@dataclass
+class _Recorded:
+    """What the ingest log holds of one file name: its first entry, every content hash, the newest stat."""
+
+    batch_id: str
+    status: str
+    hashes: set[str] = field(default_factory=set)
+    bytes: int | None = None
+    mtime_ns: int | None = None
+
+
+def _recorded_files(store: Store) -> dict[str, _Recorded]:
+    recorded: dict[str, _Recorded] = {}
+    for name, batch_id, status, sha, size, mtime_ns in store.con.execute(
+            "SELECT file_name, batch_id, status, sha256, bytes, mtime_ns FROM inorder.ingest_log "
+            "WHERE kind = 'batch' AND file_name IS NOT NULL ORDER BY entry_idx").fetchall():
+        entry = recorded.setdefault(name, _Recorded(batch_id, status))
+        entry.hashes.update([sha] if sha else [])
+        entry.bytes, entry.mtime_ns = size, mtime_ns
+    return recorded
+
+
+def _changed(home: Home, path: Path, recorded: _Recorded) -> LandingFile | None:
+    """The new version of an already recorded file, to be set aside; None when it has not changed.
+
+    Cheap when nothing changed: the file is re-hashed only when its size or mtime differ from the
+    newest recorded ones (a store from before mtimes were recorded compares the size alone)."""
+    if not recorded.hashes:
+        return None  # never read (e.g. it resolved outside the landing folder): nothing to compare with
+    try:
+        stat = path.stat()
+        if stat.st_size == recorded.bytes and recorded.mtime_ns in (None, stat.st_mtime_ns):
+            return None
+        batch_id, fingerprint = current_version(home, path)
+    except OSError:
+        return None  # vanished or unreadable since it was listed: the next run looks again
+    if fingerprint.sha256 in recorded.hashes:
+        return None  # touched, same content
+    was = "ingested as batch" if recorded.status == "archived" else "set aside as rejected batch"
+    reason = (f"the file changed after it was {was} {recorded.batch_id!r} (same name, new content); "
+              f"the recorded version stays the one that counts; give new content a new file name")
+    return LandingFile(path, batch_id, reason, fingerprint)
 
 
 def new_landing_files(store: Store, home: Home, only: list[Path] | None = None) -> list[LandingFile]:
     """Landing files (or `only` these) never ingested nor set aside, in file-name order.
 
     A file whose batch id another file already has (b1.csv after b1.jsonl) is never ignored:
-    it becomes a clash, registered under its whole file name as a rejected batch."""
+    it becomes a clash, registered under its whole file name as a rejected batch. A file whose
+    content changed after it was recorded is set aside once per new content, as `<name>@<hash>`."""
     known_ids = known_batch_ids(store)
-    known_files = {r[0] for r in store.con.execute(
-        "SELECT file_name FROM inorder.ingest_log WHERE kind = 'batch'").fetchall()}
+    recorded = _recorded_files(store)
     found = []
     for path in (landing_files(home) if only is None else only):
-        batch_id, clash = batch_id_of(path), None
-        if path.name in known_files or path.name in known_ids:
-            continue  # this very file was ingested (or set aside) before
-        if batch_id in known_ids:
-            clash = f"batch id {batch_id!r} is already taken by another file; rename this one"
-            batch_id = path.name
-        known_ids.add(batch_id)
-        found.append(LandingFile(path, batch_id, clash))
+        if path.name in recorded:
+            new = _changed(home, path, recorded[path.name])
+            if new is None or new.batch_id in known_ids:
+                continue  # unchanged, or this content was set aside before
+        else:
+            new = LandingFile(path, batch_id_of(path))
+            if new.batch_id in known_ids:
+                free = path.name if path.name not in known_ids else f"{path.name}@{_name_hash(path)}"
+                new = LandingFile(path, free, f"batch id {new.batch_id!r} is already taken by another file "
+                                              "or entry; rename this one")
+        known_ids.add(new.batch_id)
+        found.append(new)
     return found
+
+
+def _name_hash(path: Path) -> str:
+    return hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]
 
 
 def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
@@ -192,7 +284,7 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
     results = []
     try:
         for i, f in enumerate(new):
-            result = (None, None, 0, f.clash) if f.clash else next(inspected)
+            result = (None, f.fingerprint, f.clash) if f.clash else next(inspected)
             crash_point("ingest.inspected")
             registered = _register(store, home, f.path, f.batch_id, first_idx + i, t_us, result)
             progress(f"ingest {len(results) + 1}/{len(new)} {f.path.name}: {registered.status}, "

@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 
 from pipelines.commit import commit_pass
 from pipelines.faults import crash_point
-from pipelines.ingest import (IngestResult, batch_id_of, check_logical_time, ingest_landing, landing_files,
-                              new_landing_files, record_entry)
+from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch, ingest_landing, new_landing_files,
+                              record_entry)
 from pipelines.inspect import SourceMapping
 from pipelines.project import plan_passes, run_pass
 from pipelines.store import Home, Store, us_from_utc
@@ -118,21 +118,25 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
 
 
 def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime | None = None) -> IngestResult:
-    """Ingest the landing file(s) of one batch id (a file's stem, or a clashing file's whole name).
+    """Ingest the landing file(s) of one batch id (a file's stem, a clashing file's whole name, or a
+    changed file's `name@hash`).
 
     Idempotent: a batch already registered is returned as it was. Another file that claims the
-    same batch id is set aside as a rejected batch on the way, never ignored."""
+    same batch id is set aside as a rejected batch on the way, never ignored. When a changed file's
+    new content turns out to be recorded already (touched, or changed back), its newest entry is returned."""
     with Store.open(home, views) as store:
-        paths = [p for p in landing_files(home) if batch_id in (batch_id_of(p), p.name)]
+        paths = files_for_batch(home, batch_id)
         already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?",
                                     [batch_id]).fetchone()[0] > 0
         if not already and not paths:
             raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
         if new_landing_files(store, home, only=paths):
             ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
-        entry_idx, status, records, malformed, size, reason = store.con.execute(
-            "SELECT entry_idx, status, records, malformed, bytes, reason FROM inorder.ingest_log "
-            "WHERE batch_id = ?", [batch_id]).fetchone()
+        entry_idx, batch_id, status, records, malformed, size, reason = store.con.execute(
+            "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason FROM inorder.ingest_log "
+            "WHERE batch_id = ? OR (kind = 'batch' AND list_contains(?, file_name)) "
+            "ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
+            [batch_id, [p.name for p in paths], batch_id]).fetchone()
         return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
                             already_ingested=already)
 
