@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,6 +233,9 @@ def _changed(home: Home, path: Path, recorded: _Recorded) -> LandingFile | None:
     return LandingFile(path, batch_id, reason, fingerprint)
 
 
+_ENTRY_ID = re.compile(r"(tick|retry|skip)-[0-9]+")  # what record_entry names its entries
+
+
 def new_landing_files(store: Store, home: Home, only: list[Path] | None = None) -> list[LandingFile]:
     """Landing files (or `only` these) never ingested nor set aside, in file-name order.
 
@@ -248,10 +252,13 @@ def new_landing_files(store: Store, home: Home, only: list[Path] | None = None) 
                 continue  # unchanged, or this content was set aside before
         else:
             new = LandingFile(path, batch_id_of(path))
-            if new.batch_id in known_ids:
-                free = path.name if path.name not in known_ids else f"{path.name}@{_name_hash(path)}"
-                new = LandingFile(path, free, f"batch id {new.batch_id!r} is already taken by another file "
-                                              "or entry; rename this one")
+            taken, reserved = new.batch_id in known_ids, bool(_ENTRY_ID.fullmatch(new.batch_id))
+            if taken or reserved:
+                free = (path.name if path.name not in known_ids and not _ENTRY_ID.fullmatch(path.name)
+                        else f"{path.name}@{_name_hash(path)}")
+                why = ("is already taken by another file or entry" if taken else
+                       "has the form of a tick's or an operator action's id")
+                new = LandingFile(path, free, f"batch id {new.batch_id!r} {why}; rename this one")
         known_ids.add(new.batch_id)
         found.append(new)
     return found

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import ingest
-from pipelines.ingest import LogicalTimeError, archive_path, ingest_landing
+from pipelines.ingest import LogicalTimeError, archive_path, ingest_landing, record_entry
 from pipelines.inspect import SourceMapping
 from pipelines.store import Home, Store
 from tests.builders import dep, opened
@@ -76,3 +76,16 @@ def test_ingest_batch_sets_a_later_claimant_of_the_same_id_aside(tmp_path):
     assert (clash.status, clash.already_ingested) == ("rejected", True) and "already taken" in clash.reason
     log, _ = ingest_rows(home)
     assert [row[:3] for row in log] == [(1, "b1", "archived"), (2, "b1.csv", "rejected")]
+
+
+def test_a_file_named_like_a_tick_entry_is_set_aside_and_ticks_go_on(tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    (home.landing / "tick-2.jsonl").write_text(opened("a") + "\n")
+    (home.landing / "tick-3").write_text(opened("b") + "\n")
+    with Store.open(home, ALL_VIEWS) as store:
+        results = ingest_landing(store, home, SourceMapping(), T)
+        tick = record_entry(store, "tick", T + 1)
+    assert [(r.batch_id, r.status) for r in results] == [("tick-2.jsonl", "rejected"), (results[1].batch_id, "rejected")]
+    assert results[1].batch_id.startswith("tick-3@")
+    assert all("form of a tick" in r.reason for r in results)
+    assert tick == 3 and ingest_rows(home)[0][-1][:3] == (3, "tick-3", "archived")

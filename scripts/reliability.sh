@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The long reliability runs (CI runs only a few crash points and a small soak):
+#  1. the full crash sweep: `inorder run` killed with SIGKILL at every named crash point, inside
+#     DuckDB's commit and checkpoint, and at seeded random moments; each re-run must give the
+#     store of the uninterrupted run (about 25 minutes);
+#  2. the soak: 500 small batches with random ticks through one engine process (about 15 minutes).
+# Figures are printed and kept as JSON under .inorder/crash-sweep/ and .inorder/soak/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+status=0
+python -m tests.crash_sweep --seed "${SEED:-1}" --random "${RANDOM_KILLS:-10}" || status=1
+python -m tests.soak --batches "${SOAK_BATCHES:-500}" --seed "${SEED:-1}" || status=1
+exit $status
