@@ -126,15 +126,15 @@ def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime
     new content turns out to be recorded already (touched, or changed back), its newest entry is returned."""
     with Store.open(home, views) as store:
         paths = files_for_batch(home, batch_id)
-        already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?",
-                                    [batch_id]).fetchone()[0] > 0
+        already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ? AND kind = 'batch'",
+                                    [batch_id]).fetchone()[0] > 0  # a tick's id is never a batch's
         if not already and not paths:
             raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
         if new_landing_files(store, home, only=paths):
             ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
         entry_idx, batch_id, status, records, malformed, size, reason = store.con.execute(
             "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason FROM inorder.ingest_log "
-            "WHERE batch_id = ? OR (kind = 'batch' AND list_contains(?, file_name)) "
+            "WHERE kind = 'batch' AND (batch_id = ? OR list_contains(?, file_name)) "
             "ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
             [batch_id, [p.name for p in paths], batch_id]).fetchone()
         return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,

@@ -89,3 +89,15 @@ def test_a_file_named_like_a_tick_entry_is_set_aside_and_ticks_go_on(tmp_path):
     assert results[1].batch_id.startswith("tick-3@")
     assert all("form of a tick" in r.reason for r in results)
     assert tick == 3 and ingest_rows(home)[0][-1][:3] == (3, "tick-3", "archived")
+
+
+def test_ingest_batch_of_a_key_that_is_also_a_tick_id_finds_the_file(tmp_path):
+    from pipelines.run import ingest_batch
+
+    home = Home(tmp_path / "home").ensure()
+    with Store.open(home, ALL_VIEWS) as store:
+        record_entry(store, "tick", T)
+    (home.landing / "tick-1.jsonl").write_text(opened("a") + "\n")
+    result = ingest_batch(home, ALL_VIEWS, "tick-1")  # the sensor's partition key is the file's stem
+    assert (result.entry_idx, result.batch_id, result.status) == (2, "tick-1.jsonl", "rejected")
+    assert "already taken" in result.reason
