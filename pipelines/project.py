@@ -17,12 +17,14 @@ from decimal import Decimal
 from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.ingest import archive_path
+from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
-from pipelines.spark import shuffle_partitions
+from pipelines.spark import archive_shared, ship_code, shuffle_partitions
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -294,14 +296,25 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
         yield _output_batch(out.records)
 
 
+def archived_messages(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The pass's archived messages. Executors read the Parquet files themselves where they can
+    reach them (a local session, or INORDER_ARCHIVE_SHARED=1); otherwise the driver reads them and
+    ships them with the query, so a remote cluster or Spark Connect server needs no access to the archive."""
+    if archive_shared(spark):
+        return spark.read.parquet(*files)
+    table = pa.concat_tables([pq.read_table(f, columns=MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA) for f in files])
+    return spark.createDataFrame(table)
+
+
 def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], plan: PassPlan,
              first_seq: int) -> pa.Table:
     """Order and apply one pass in Spark; returns the pass output for `commit_pass`."""
     state_rows, files = load_inputs(store, home, views, plan)
     in_pass = [v for v in views if v.name in plan.by_view]
+    ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
     frames = [spark.createDataFrame(state_rows)] if state_rows.num_rows else []
     if files:
-        messages = spark.read.parquet(*files)
+        messages = archived_messages(spark, files)
         selected = select_views(spark, messages, plan.view_entries, in_pass)
         frames.append(selected.selectExpr(*[
             "CAST(2 AS INT) AS rec_type" if f.name == "rec_type" else

@@ -1,10 +1,23 @@
-"""The Spark session: local[*] by default, or any master / Spark Connect endpoint by configuration."""
+"""The Spark session: local[*] by default, or any master / Spark Connect endpoint by configuration.
+
+Where driver and executors differ (a `spark://`, YARN or Kubernetes master, or any Spark Connect
+endpoint), nothing assumes they share a process, a disk or an installed copy of inorder:
+`ship_code` sends the engine's code with the session, and `archive_shared` says whether the
+executors can read the archive's files themselves (pipelines/project.py ships the messages
+from the driver when they cannot).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import sys
+import tempfile
 import warnings
+import zipfile
+from pathlib import Path
 from typing import Mapping
 
 from pyspark.sql import SparkSession
@@ -18,12 +31,28 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
 }
+# the packages whose code runs on executors (the handlers and the walk); nothing here imports Dagster
+EXECUTOR_PACKAGES = ("pipelines", "views")
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def env_conf() -> dict[str, str]:
+    """INORDER_SPARK_CONF: a JSON object of extra Spark settings, e.g. '{"spark.executor.memory": "4g"}'."""
+    text = os.environ.get("INORDER_SPARK_CONF", "").strip()
+    if not text:
+        return {}
+    conf = json.loads(text)
+    if not isinstance(conf, dict):
+        raise ValueError("INORDER_SPARK_CONF must be a JSON object of Spark settings")
+    return {str(k): str(v) for k, v in conf.items()}
 
 
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
-    """Get (or reuse) the session. `master` is `local[*]`, `spark://host:port` or `sc://host:port`.
+    """Get (or reuse) the session. `master` is `local[*]`, `spark://host:port`, `yarn`, `k8s://…` or `sc://…`.
 
-    Read from INORDER_SPARK_MASTER when not given.
+    Read from INORDER_SPARK_MASTER when not given. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF,
+    then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
+    DEFAULT_CONF; the server's own configuration decides the rest.
     """
     master = master or os.environ.get("INORDER_SPARK_MASTER", "local[*]")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -32,11 +61,11 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if master.startswith("sc://"):
         builder = SparkSession.builder.remote(master)
-        settings = dict(conf or {})
+        defaults = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
-        settings = {**DEFAULT_CONF, **(conf or {})}
-    for key, value in settings.items():
+        defaults = DEFAULT_CONF
+    for key, value in {**defaults, **env_conf(), **(conf or {})}.items():
         builder = builder.config(key, value)
     # pyspark warns about pandas 3 on every Arrow call; inorder exchanges Arrow, not pandas
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
@@ -48,3 +77,70 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
 
 def shuffle_partitions(spark: SparkSession) -> int:
     return int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def is_local(spark: SparkSession) -> bool:
+    """A classic session on a `local[…]` master: its executors are threads of this process."""
+    return not is_connect(spark) and spark.sparkContext.master.startswith("local")
+
+
+def _flag(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    if value in ("", "auto"):
+        return None
+    raise ValueError(f"{name} must be 1, 0 or auto, not {value!r}")
+
+
+def archive_shared(spark: SparkSession) -> bool:
+    """Can the executors read the archive's files at the driver's paths?
+
+    INORDER_ARCHIVE_SHARED=1 says so (the archive is on storage every executor mounts at the same
+    path), 0 says not; unset (or `auto`), only a local session can."""
+    shared = _flag("INORDER_ARCHIVE_SHARED")
+    return is_local(spark) if shared is None else shared
+
+
+def code_zip() -> Path:
+    """The executor packages' Python files in one zip, named by its content (written once)."""
+    root = Path(__import__(EXECUTOR_PACKAGES[0]).__file__).resolve().parent.parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in EXECUTOR_PACKAGES:
+            for path in sorted((root / package).rglob("*.py")):
+                info = zipfile.ZipInfo(path.relative_to(root).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+                archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+    data = buffer.getvalue()
+    target = Path(tempfile.gettempdir()) / f"inorder-code-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not target.exists():
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(data)
+        partial.replace(target)
+    return target
+
+
+def ship_code(spark: SparkSession) -> Path | None:
+    """Send this process's copy of `pipelines/` and `views/` to the executors, once per session.
+
+    Executors then run the same handlers as the driver whether or not inorder is installed there.
+    Skipped for local sessions (executors share this process), and when INORDER_SHIP_CODE=0
+    (inorder is installed on every executor at the driver's version)."""
+    ship = _flag("INORDER_SHIP_CODE")
+    if ship is False or (ship is None and is_local(spark)):
+        return None
+    holder = spark if is_connect(spark) else spark.sparkContext
+    path = code_zip()
+    if getattr(holder, "_inorder_code", None) != path.name:
+        if is_connect(spark):
+            spark.addArtifacts(str(path), pyfile=True)
+        else:
+            spark.sparkContext.addPyFile(str(path))
+        holder._inorder_code = path.name
+    return path
