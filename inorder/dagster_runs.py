@@ -13,7 +13,7 @@ from typing import Callable
 import dagster as dg
 
 from pipelines.faults import crash_point
-from pipelines.ingest import check_logical_time, new_landing_files
+from pipelines.ingest import check_logical_time, new_landing_files, tick_due
 from pipelines.project import plan_passes
 from pipelines.store import Home, Store, take_lock, us_from_utc
 
@@ -107,6 +107,8 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
         interrupted = bool(plan_passes(store, ALL_VIEWS))  # archived entries an earlier run did not project
         if now is not None:
             check_logical_time(store, us_from_utc(now))
+        # finishing an interrupted run is not a tick, nor is a time already recorded
+        tick = not new and not interrupted and (now is None or tick_due(store, us_from_utc(now)))
     existing = set(instance.get_dynamic_partitions(BATCHES.name))
     instance.add_dynamic_partitions(BATCHES.name, [b for b in new if b not in existing])
     report = CliRun()
@@ -121,7 +123,7 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
                  f"{metadata.get('malformed')} malformed"
                  + (f" ({metadata['rejected_reason']})" if metadata.get("rejected_reason") else ""))
     crash_point("dagster.ingested")  # every new batch archived, none projected yet
-    report.ticked = not new and not interrupted  # finishing an interrupted run is not a tick
+    report.ticked = tick
     result = defs.resolve_job_def("project_views").execute_in_process(
         instance=instance, tags={**tags, TICK_TAG: "true" if report.ticked else "false"}, run_config=QUIET,
         raise_on_error=False)

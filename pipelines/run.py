@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pipelines.commit import commit_pass
 from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch, ingest_landing, new_landing_files,
-                              record_entry)
+                              record_entry, tick_due)
 from pipelines.inspect import SourceMapping
 from pipelines.project import plan_passes, run_pass
 from pipelines.store import Home, Store, us_from_utc
@@ -108,7 +108,8 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
         t_us = _logical_now(store, now)
         report.ingested = ingest_landing(store, home, mapping, t_us, progress)
         report.ingest_seconds = time.perf_counter() - started
-        if not report.ingested and not plan_passes(store, views):  # else: finish an interrupted run first
+        # a run with nothing new ticks, unless it finishes what an interrupted run archived
+        if not report.ingested and not plan_passes(store, views) and tick_due(store, t_us):
             report.tick_entry = record_entry(store, "tick", t_us)
             progress(f"no new batch: tick at {datetime.fromtimestamp(t_us / 1e6, timezone.utc).isoformat()}")
         report.projection = project(
@@ -145,8 +146,9 @@ def project_views(spark: SparkSource, home: Home, views: Sequence[View], selecte
                   tick: bool = False, now: datetime | None = None, progress: Progress = _quiet) -> ProjectionStats:
     """Project the selected views; with `tick`, first record a tick so gap timers can fire."""
     with Store.open(home, views) as store:
-        if tick:
-            record_entry(store, "tick", _logical_now(store, now))
+        t_us = _logical_now(store, now) if tick else None
+        if tick and tick_due(store, t_us):
+            record_entry(store, "tick", t_us)
         return project(spark, store, home, views, selected, source_mapping(home), progress)
 
 

@@ -299,12 +299,14 @@ class Model:
         self.gaps: list[dict] = []
         self.ledger: list[dict] = []
         self.seen: set[str] = set()
+        self.last_T: float | None = None  # the latest logical time recorded
 
     def process(self, e: Entry) -> None:
         if e.kind == "batch":
             if e.batch_id in self.seen:  # re-running a committed batch changes nothing
                 return
             self.seen.add(e.batch_id)
+            self.last_T = e.T
             lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else list(e.lines or [])
             if not lines:
                 return  # an empty file is set aside as a rejected batch: no ledger rows, time does not move
@@ -325,6 +327,9 @@ class Model:
             for view in self.views.values():
                 self._entry_for_view(view, e, messages, base)
         elif e.kind == "tick":
+            if self.last_T is not None and e.T <= self.last_T:
+                return  # logical time has not moved: nothing to tick, no entry
+            self.last_T = e.T
             for view in self.views.values():
                 self._entry_for_view(view, e, [], {})
         elif e.kind in ("retry", "skip"):

@@ -199,3 +199,12 @@ def test_batch_split_invariance(spark, tmp_path, split):
     store = read_store(home, ALL_VIEWS)
     assert [r["balance"] for r in store["accounts"]] == [Decimal("4.00"), Decimal("8.00")]
     assert len(store["account_activity"]) == 5 and not store["gaps"]
+
+
+def test_a_run_at_a_time_already_recorded_changes_nothing(spark, tmp_path):
+    """Re-running `inorder run --now T` (e.g. after a crash) records no tick; a later T does."""
+    entries = [batch(1, 0, opened("a"), dep("a", 3, 5)), tick(9, 0), tick(2, 1)]
+    home, store = engine_equals_model(spark, tmp_path, entries)
+    assert [r["batch_id"] for r in store["batches"] if r["view"] == "accounts"] == ["b1", "tick-2"]
+    again = run_entries(spark, home, ALL_VIEWS, [tick(3, 1)]) or read_store(home, ALL_VIEWS)
+    assert again == store
