@@ -23,7 +23,7 @@ import duckdb
 import pytest
 
 from pipelines.store import Home
-from scripts.cluster import Cluster, event_log_conf
+from scripts.cluster import QUICK_JVM, Cluster, event_log_conf
 from tests.harness import assert_same_store, read_store
 from views import ALL_VIEWS
 
@@ -105,7 +105,9 @@ def local_run(batches: Path, tmp_path_factory):
 
 
 def chain_conf(events: Path) -> dict[str, str]:
-    return {**event_log_conf(events), "spark.sql.shuffle.partitions": "2"}
+    """Event logs, and quick-starting driver and executor JVMs (each run is a new application)."""
+    return {**event_log_conf(events), "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM}
 
 
 @pytest.fixture(scope="module")
