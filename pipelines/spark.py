@@ -10,6 +10,7 @@ from the driver when they cannot).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -110,12 +111,12 @@ def archive_shared(spark: SparkSession) -> bool:
 
 def code_zip() -> Path:
     """The executor packages' Python files in one zip, named by its content (written once)."""
-    root = Path(__import__(EXECUTOR_PACKAGES[0]).__file__).resolve().parent.parent
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in EXECUTOR_PACKAGES:
-            for path in sorted((root / package).rglob("*.py")):
-                info = zipfile.ZipInfo(path.relative_to(root).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            folder = Path(importlib.import_module(package).__file__).resolve().parent
+            for path in sorted(folder.rglob("*.py")):
+                info = zipfile.ZipInfo(path.relative_to(folder.parent).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
                 archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
     target = Path(tempfile.gettempdir()) / f"inorder-code-{hashlib.sha256(data).hexdigest()[:16]}.zip"

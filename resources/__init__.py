@@ -14,7 +14,7 @@ class SparkResource(dg.ConfigurableResource):
     One session per process, shared by every step of a run (jobs use the in-process executor)."""
 
     master: Optional[str] = Field(default=None, description="Spark master URL; default INORDER_SPARK_MASTER or local[*]")
-    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, over INORDER_SPARK_CONF and inorder's defaults")
 
     def session(self):
         from pipelines.spark import spark_session

@@ -1,0 +1,55 @@
+"""Which sessions get the archive's files and which get shipped messages and code (no Spark needed)."""
+
+from __future__ import annotations
+
+import zipfile
+from types import SimpleNamespace
+
+import pytest
+
+from pipelines import spark as sp
+
+
+def classic(master: str) -> SimpleNamespace:
+    return SimpleNamespace(sparkContext=SimpleNamespace(master=master))
+
+
+@pytest.mark.parametrize("master, setting, shared", [
+    ("local[*]", None, True), ("local[2]", "auto", True), ("local[*]", "0", False),
+    ("spark://10.0.0.1:7077", None, False), ("yarn", "", False), ("spark://10.0.0.1:7077", "1", True),
+])
+def test_archive_shared(monkeypatch, master, setting, shared):
+    if setting is None:
+        monkeypatch.delenv("INORDER_ARCHIVE_SHARED", raising=False)
+    else:
+        monkeypatch.setenv("INORDER_ARCHIVE_SHARED", setting)
+    assert sp.archive_shared(classic(master)) is shared
+
+
+def test_a_bad_flag_is_an_error(monkeypatch):
+    monkeypatch.setenv("INORDER_ARCHIVE_SHARED", "maybe")
+    with pytest.raises(ValueError, match="INORDER_ARCHIVE_SHARED must be 1, 0 or auto"):
+        sp.archive_shared(classic("local[*]"))
+
+
+def test_spark_conf_from_the_environment(monkeypatch):
+    monkeypatch.setenv("INORDER_SPARK_CONF", '{"spark.executor.memory": "4g", "spark.cores.max": 8}')
+    assert sp.env_conf() == {"spark.executor.memory": "4g", "spark.cores.max": "8"}
+    monkeypatch.setenv("INORDER_SPARK_CONF", '["spark.executor.memory=4g"]')
+    with pytest.raises(ValueError, match="JSON object"):
+        sp.env_conf()
+
+
+def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
+    monkeypatch.delenv("INORDER_SHIP_CODE", raising=False)
+    added = []
+    remote = SimpleNamespace(sparkContext=SimpleNamespace(master="spark://10.0.0.1:7077", addPyFile=added.append))
+    path = sp.ship_code(remote)
+    assert sp.ship_code(remote) == path and added == [str(path)]
+    names = zipfile.ZipFile(path).namelist()
+    assert "pipelines/project.py" in names and "views/accounts.py" in names
+    local = SimpleNamespace(sparkContext=SimpleNamespace(master="local[*]", addPyFile=added.append))
+    assert sp.ship_code(local) is None and len(added) == 1
+    monkeypatch.setenv("INORDER_SHIP_CODE", "0")
+    other = SimpleNamespace(sparkContext=SimpleNamespace(master="yarn", addPyFile=added.append))
+    assert sp.ship_code(other) is None and len(added) == 1
