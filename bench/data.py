@@ -1,0 +1,98 @@
+"""Benchmark inputs: bank demo batches from `inorder generate`, cached by their parameters.
+
+Every case uses the issue's mix: streams = events / 20, disorder 30 %, duplicates 1 %, gaps 0.1 %,
+poison 0.01 %. Generation runs in its own process (the `inorder` CLI), so its memory never counts
+towards a measured run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+EVENTS_PER_STREAM = 20
+MIX = {"disorder": 0.3, "duplicates": 0.01, "gaps": 0.001, "poison": 0.0001}
+BATCHES = 10
+SEED = 7
+
+
+def inorder_cli() -> list[str]:
+    """The installed `inorder` entry point of this interpreter's venv (or the module, failing that)."""
+    script = Path(sys.executable).with_name("inorder")
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from inorder.cli import main; main()"]
+
+
+def bank_batches(cache: Path, events: int, batches: int = BATCHES, seed: int = SEED) -> Path:
+    """A folder of `batches` JSON Lines files with `events` bank events (generated once, then reused)."""
+    folder = cache / f"bank-{events}-b{batches}-s{seed}"
+    done = folder / ".done"
+    if done.exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    args = {"events": events, "streams": max(1, events // EVENTS_PER_STREAM), "batches": batches, **MIX,
+            "seed": seed}
+    subprocess.run([*inorder_cli(), "generate", "--out", str(folder),
+                    *[a for k, v in args.items() for a in (f"--{k}", str(v))]], check=True,
+                   stdout=subprocess.DEVNULL)
+    done.write_text(json.dumps(args))
+    return folder
+
+
+def incremental_batch(cache: Path, events: int) -> Path:
+    """One batch of `events` bank events on streams of their own (`inc-…`), with the same mix:
+    committing it onto an empty store and onto a full one is the same work on the batch itself."""
+    target = cache / f"incremental-{events}" / "zz-incremental.jsonl"
+    if target.exists():
+        return target
+    source = bank_batches(cache, events, batches=1, seed=SEED + 1)
+    text = (source / "batch-00001.jsonl").read_text()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".tmp")
+    partial.write_text(text.replace('"acct-', '"inc-'))
+    partial.replace(target)
+    return target
+
+
+def blocked_batches(cache: Path, streams: int) -> tuple[Path, Path]:
+    """Two batches for the tick case: every stream gets seq 1 and 3 (2 never arrives), so it is
+    blocked; batch `a` holds the first half of the streams, batch `b` the second half."""
+    folder = cache / f"blocked-{streams}"
+    a, b = folder / "batch-a.jsonl", folder / "batch-b.jsonl"
+    if a.exists() and b.exists():
+        return a, b
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, ids in ((a, range(streams // 2)), (b, range(streams // 2, streams))):
+        lines = []
+        for i in ids:
+            stream = f"blk-{i:07d}"
+            lines.append(json.dumps({"stream_id": stream, "seq": 1, "type": "AccountOpened",
+                                     "payload": {"owner": "Ada"}, "occurred_at": "2026-11-01T00:00:00Z",
+                                     "event_id": f"{stream}-1"}))
+            lines.append(json.dumps({"stream_id": stream, "seq": 3, "type": "Deposited",
+                                     "payload": {"amount": 10.0}, "occurred_at": "2026-11-01T00:02:00Z",
+                                     "event_id": f"{stream}-3"}))
+        partial = path.with_suffix(".tmp")
+        partial.write_text("".join(line + "\n" for line in lines))
+        partial.replace(path)
+    return a, b
+
+
+def land(files: list[Path], landing: Path) -> None:
+    """Put input files into a landing folder (hard links where possible: the inputs can be GBs)."""
+    landing.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        target = landing / f.name
+        if target.exists():
+            continue
+        try:
+            os.link(f, target)
+        except OSError:
+            shutil.copyfile(f, target)
+
+
+def jsonl_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.jsonl"))

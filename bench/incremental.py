@@ -1,0 +1,38 @@
+"""Case 5: one batch committed onto an empty store and onto a store that already holds N events,
+back to back in the same Spark session. The batch's streams are its own (`inc-…`), so the work on
+the batch is the same; what differs is the history, and the pending buffers every batch re-examines."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from bench.bulk import T0, fresh_home
+from bench.data import land
+from bench.measure import RssSampler
+from pipelines.run import run
+from pipelines.store import Home
+from views import ALL_VIEWS
+
+T_INCREMENT = T0 + timedelta(seconds=60)  # before any gap of the bulk run times out
+
+
+def commit_batch(spark: SparkSession, home: Home, batch: Path, sampler: RssSampler, phase: str) -> dict:
+    land([batch], home.landing)
+    with sampler.phase(phase):
+        report = run(spark, home, ALL_VIEWS, now=T_INCREMENT)
+    events = sum(r.records for r in report.ingested)
+    return {"events": events, "latency_s": report.seconds, "ingest_s": report.ingest_seconds,
+            "spark_s": report.projection.spark_seconds, "commit_s": report.projection.commit_seconds,
+            "streams_touched": sum(report.projection.streams_touched.values())}
+
+
+def onto_empty(spark: SparkSession, work: Path, batch: Path, sampler: RssSampler) -> dict:
+    return commit_batch(spark, fresh_home(work), batch, sampler, "incremental-empty")
+
+
+def onto_store(spark: SparkSession, home: Home, batch: Path, store_events: int, sampler: RssSampler) -> dict:
+    result = commit_batch(spark, home, batch, sampler, "incremental")
+    return {**result, "store_events": store_events}

@@ -1,0 +1,38 @@
+"""The benchmark suite runs (bench/, `make bench-quick`): at tiny sizes, every case completes and
+lands in the JSON results with a chart. Nothing about speed is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ("bulk", "floor", "duckdb_peer", "prior_art", "incremental", "tick", "scaling")
+
+
+def test_bench_quick_writes_every_case(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    # a quick-starting driver JVM (C1 only, serial GC) as the cluster test uses: this checks the suite, not speed
+    env = {**os.environ, "INORDER_SPARK_CONF": json.dumps(
+        {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sizes", "300,600", "--incremental-events", "100",
+         "--tick-streams", "100", "--prior-events", "200", "--work", str(tmp_path / "work"),
+         "--results", str(results)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    latest = json.loads((results / "latest.json").read_text())
+    assert latest["mode"] == "quick"
+    for case in CASES:
+        assert latest["cases"].get(case), f"case {case} missing from the results"
+    assert [s["events"] for s in latest["cases"]["scaling"]] == [300, 600]
+    assert latest["cases"]["duckdb_peer"][0]["counts_match"], latest["cases"]["duckdb_peer"]
+    assert latest["cases"]["prior_art"]["counts_match"], latest["cases"]["prior_art"]["check"]
+    assert latest["cases"]["tick"]["timed_out_as_expected"]
+    assert all(b["conserved"] for b in latest["cases"]["bulk"])
+    assert (results / "latest.png").stat().st_size > 0
+    assert len(list(results.glob("*.json"))) == 2  # <timestamp>.json and latest.json
+    assert "| case" in done.stdout and "s/M at 600 / at 300" in done.stdout
