@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     survived = [o for o in outcomes if o.identical and o.conserved and o.continued is not False]
     killed = sum(o.killed for o in outcomes)
     print(f"{len(survived)}/{len(outcomes)} crash cases survived ({killed} killed mid-run, "
-          f"{len({o.label.split('#')[0] for o in outcomes if '#' in o.label})} distinct named points)")
+          f"{len({o.label.split(': ')[1].split('#')[0] for o in outcomes if '#' in o.label})} distinct named points)")
     (sweep.root / "results.json").write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
     return 0 if len(survived) == len(outcomes) else 1
 
