@@ -53,7 +53,19 @@ def landing_files(home: Home) -> list[Path]:
                   key=lambda p: p.name)
 
 
+# what Dagster refuses in a partition key (a batch id is one); newlines and the like can be in file names
+_NOT_IN_IDS = re.compile(r"[\x00-\x1f\x7f]|\.\.\.")
+
+
+def id_name(path: Path) -> str:
+    """The file's name, as batch ids use it: `file-<hash of the name>` when the name has a control
+    character or `...` (such a file is set aside, under an id every path can use)."""
+    return f"file-{_name_hash(path)}" if _NOT_IN_IDS.search(path.name) else path.name
+
+
 def batch_id_of(path: Path) -> str:
+    if _NOT_IN_IDS.search(path.name):
+        return id_name(path)
     return path.stem if path.suffix.lower() in SUPPORTED_SUFFIXES else path.name
 
 
@@ -61,7 +73,7 @@ def files_for_batch(home: Home, batch_id: str) -> list[Path]:
     """The landing files a batch id (a partition key) can stand for: the file with that stem, the file
     with that whole name, or the file whose changed version it names (`<file name>@<hash>`)."""
     return [p for p in landing_files(home)
-            if batch_id in (batch_id_of(p), p.name) or batch_id.startswith(p.name + "@")]
+            if batch_id in (batch_id_of(p), p.name) or batch_id.startswith(id_name(p) + "@")]
 
 
 def known_batch_ids(store: Store) -> set[str]:
@@ -104,10 +116,10 @@ def current_version(home: Home, path: Path) -> tuple[str, Fingerprint]:
     read; its id hashes where it points instead."""
     if _inside_landing(home, path):
         fingerprint = _fingerprint(path)
-        return f"{path.name}@{fingerprint.sha256[:16]}", fingerprint
+        return f"{id_name(path)}@{fingerprint.sha256[:16]}", fingerprint
     target = hashlib.sha256(os.fsencode(path.resolve())).hexdigest()
     stat = path.stat()
-    return f"{path.name}@{target[:16]}", Fingerprint(None, stat.st_size, stat.st_mtime_ns)
+    return f"{id_name(path)}@{target[:16]}", Fingerprint(None, stat.st_size, stat.st_mtime_ns)
 
 
 def _write_archive(home: Home, entry_idx: int, batch: InspectedBatch) -> None:
@@ -263,12 +275,15 @@ def new_landing_files(store: Store, home: Home, only: list[Path] | None = None) 
             new = _changed(home, path, recorded[path.name])
             if new is None or new.batch_id in known_ids:
                 continue  # unchanged, or this content was set aside before
+        elif _NOT_IN_IDS.search(path.name):
+            new = LandingFile(path, batch_id_of(path), f"the file name {path.name!r} has a control character or "
+                                                       "'...', which no batch id may hold; rename the file")
         else:
             new = LandingFile(path, batch_id_of(path))
             taken, reserved = new.batch_id in known_ids, bool(_ENTRY_ID.fullmatch(new.batch_id))
             if taken or reserved:
                 free = (path.name if path.name not in known_ids and not _ENTRY_ID.fullmatch(path.name)
-                        else f"{path.name}@{_name_hash(path)}")
+                        else f"{id_name(path)}@{_name_hash(path)}")
                 why = ("is already taken by another file or entry" if taken else
                        "has the form of a tick's or an operator action's id")
                 new = LandingFile(path, free, f"batch id {new.batch_id!r} {why}; rename this one")

@@ -101,3 +101,23 @@ def test_ingest_batch_of_a_key_that_is_also_a_tick_id_finds_the_file(tmp_path):
     result = ingest_batch(home, ALL_VIEWS, "tick-1")  # the sensor's partition key is the file's stem
     assert (result.entry_idx, result.batch_id, result.status) == (2, "tick-1.jsonl", "rejected")
     assert "already taken" in result.reason
+
+
+def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path):
+    from dagster._core.definitions.partitions.utils.base import raise_error_on_invalid_partition_key_substring
+
+    from pipelines.ingest import batch_id_of
+    from pipelines.run import ingest_batch
+
+    home = Home(tmp_path / "home").ensure()
+    odd = [home.landing / "line\nbreak.jsonl", home.landing / "v1...2.jsonl", home.landing / "tab\there.csv"]
+    for path in odd:
+        path.write_text(opened("a") + "\n")
+    keys = [batch_id_of(p) for p in odd]  # what the sensor uses as partition keys
+    raise_error_on_invalid_partition_key_substring(keys)
+    with Store.open(home, ALL_VIEWS) as store:
+        results = ingest_landing(store, home, SourceMapping(), T, only=odd[:2])
+    assert [(r.batch_id, r.status) for r in results] == [(keys[0], "rejected"), (keys[1], "rejected")]
+    assert all("control character or '...'" in r.reason for r in results)
+    through_dagster_path = ingest_batch(home, ALL_VIEWS, keys[2])
+    assert (through_dagster_path.batch_id, through_dagster_path.status) == (keys[2], "rejected")
