@@ -55,7 +55,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     records = sum(m.get("records", 0) for m in archived)
     applied = sum(m.get("applied", 0) for m in report.projection.values())
     what = (f"{len(archived)} batches, {records} records" if report.ingested else
-            "a tick" if report.ticked else "what an interrupted run had archived")
+            "a tick" if report.ticked else "what an interrupted run had archived" if report.resumed else
+            "nothing new (logical time has not moved since the last entry)")
     rate = f", {records / report.seconds:,.0f} records/s" if records else ""
     print(f"ran {what} in {report.seconds:.1f}s{rate}; {applied} messages applied across views; "
           f"{len(report.run_ids)} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))

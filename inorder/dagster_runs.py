@@ -47,6 +47,7 @@ def dagster_home(home: Home) -> Path:
 class CliRun:
     ingested: list[dict] = field(default_factory=list)  # event_batches materialisation metadata
     ticked: bool = False
+    resumed: bool = False  # it projected what an interrupted run had archived
     run_ids: list[str] = field(default_factory=list)
     projection: dict = field(default_factory=dict)  # per view metadata
     seconds: float = 0.0
@@ -123,7 +124,7 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
                  f"{metadata.get('malformed')} malformed"
                  + (f" ({metadata['rejected_reason']})" if metadata.get("rejected_reason") else ""))
     crash_point("dagster.ingested")  # every new batch archived, none projected yet
-    report.ticked = tick
+    report.ticked, report.resumed = tick, interrupted
     result = defs.resolve_job_def("project_views").execute_in_process(
         instance=instance, tags={**tags, TICK_TAG: "true" if report.ticked else "false"}, run_config=QUIET,
         raise_on_error=False)

@@ -29,6 +29,8 @@ def test_generate_run_status_errors_and_clear_failures(tmp_path):
     assert "ran 3 batches" in first.stdout and "ingest 3/3" in first.stderr
     tick = cli(home, "run", "--now", "2026-11-02T00:30:00Z")
     assert tick.returncode == 0 and "ran a tick" in tick.stdout
+    again = cli(home, "run", "--now", "2026-11-02T00:30:00Z")  # a time already recorded: no second tick
+    assert again.returncode == 0 and "ran nothing new" in again.stdout, again.stdout + again.stderr
     status = cli(home, "status")
     assert status.returncode == 0
     lines = status.stdout.splitlines()
