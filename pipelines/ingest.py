@@ -64,8 +64,9 @@ def id_name(path: Path) -> str:
 
 
 def batch_id_of(path: Path) -> str:
-    if _NOT_IN_IDS.search(path.name):
-        return id_name(path)
+    name = id_name(path)
+    if name != path.name:
+        return name
     return path.stem if path.suffix.lower() in SUPPORTED_SUFFIXES else path.name
 
 

@@ -106,9 +106,14 @@ def stage(staging: Path, seed: int) -> None:
     (staging / "notes.txt").write_text("not a batch\n")
 
 
-def inorder_run(home: Path, step: Step, crash: Crash | None = None) -> tuple[int, float, str]:
+def run_env(home: Path) -> dict[str, str]:
+    """This environment for an `inorder` process on `home`: unarmed, with the home's own Dagster instance."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME"))}
-    env["INORDER_HOME"] = str(home)
+    return {**env, "INORDER_HOME": str(home)}
+
+
+def inorder_run(home: Path, step: Step, crash: Crash | None = None) -> tuple[int, float, str]:
+    env = run_env(home)
     if crash is not None and crash.point is not None:
         env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
         env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)

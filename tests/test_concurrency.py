@@ -4,26 +4,20 @@ with one clear line, nothing is applied twice, and the store equals a single run
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.crash_sweep import INORDER, Step, first_difference, land, stage, store_snapshot
+from tests.crash_sweep import INORDER, Step, first_difference, land, run_env, stage, store_snapshot
 
 STEP = Step("2026-11-02T00:00:00Z", ("batch-00001.jsonl", "batch-00002.jsonl", "batch-00003.jsonl", "notes.txt"))
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME"))}
-    return {**env, "INORDER_HOME": str(home)}
-
-
 def _start_run(home: Path) -> subprocess.Popen:
-    return subprocess.Popen([INORDER, "run", "--now", STEP.now], env=_env(home), stdout=subprocess.PIPE,
+    return subprocess.Popen([INORDER, "run", "--now", STEP.now], env=run_env(home), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -34,7 +28,7 @@ def single(tmp_path_factory) -> tuple[Path, dict]:
     stage(root / "staging", seed=5)
     home = root / "single"
     land(root / "staging", home, STEP)
-    done = subprocess.run([INORDER, "run", "--now", STEP.now], env=_env(home), capture_output=True, text=True)
+    done = subprocess.run([INORDER, "run", "--now", STEP.now], env=run_env(home), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return root / "staging", store_snapshot(home)
 
@@ -66,7 +60,7 @@ def test_a_dagster_run_during_a_cli_run_waits_for_it(single, tmp_path):
     tags = {"dagster/partition": "batch-00003", "inorder/now": STEP.now}
     dagster = subprocess.run(
         [DAGSTER, "job", "execute", "-m", "inorder.definitions", "-j", "ingest_batch", "--tags", json.dumps(tags)],
-        env={**_env(home), "DAGSTER_HOME": str(home / "dagster")}, capture_output=True, text=True, timeout=600)
+        env={**run_env(home), "DAGSTER_HOME": str(home / "dagster")}, capture_output=True, text=True, timeout=600)
     rest = cli.stderr.read()
     assert cli.wait(timeout=600) == 0, rest
     assert dagster.returncode == 0, dagster.stdout[-3000:] + dagster.stderr[-3000:]
