@@ -120,9 +120,20 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     if files:
         con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type, stream_id, count(*) "
                     "FROM read_parquet(?) GROUP BY ALL", [files])
+    # A buffered stream that gets no message and no operator action changes only when a gap timer
+    # fires or its buffer is over `max_pending`; the others would walk to the same state, so they
+    # stay out of the pass (DESIGN §7: per-run work follows the batch and the buffers it touches).
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_limits "
+                "(view VARCHAR, t_us BIGINT, gap_timeout_us BIGINT, max_pending BIGINT)")
+    con.executemany("INSERT INTO pass_limits VALUES (?, ?, ?, ?)", [
+        (v.name, max(e.t_us for e in plan.by_view[v.name]), int(round(v.gap_timeout * 1_000_000)), v.max_pending)
+        for v in views if v.name in plan.by_view])
     con.execute("""
         CREATE OR REPLACE TEMP TABLE pass_streams AS
-        SELECT view, stream_id FROM inorder.pending WHERE view IN (SELECT view FROM pass_todo)
+        SELECT DISTINCT p.view, p.stream_id FROM inorder.pending p JOIN pass_limits l USING (view)
+              LEFT JOIN inorder.watermarks w USING (view, stream_id)
+              WHERE w.stream_id IS NULL OR (NOT w.parked AND (w.blocked_since IS NULL
+                    OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us OR w.pending_count > l.max_pending))
         UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
               JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
         UNION SELECT t.view, m.stream_id FROM pass_messages m
@@ -176,7 +187,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
         add(view=view_name, stream_id=stream_id, rec_type=STATE, entry_idx=0, line=0, state=dumps(state))
     for row in con.execute(
             """SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id,
-                      line, entry_idx FROM inorder.pending WHERE view IN (SELECT view FROM pass_todo)""").fetchall():
+                      line, entry_idx FROM inorder.pending JOIN pass_streams USING (view, stream_id)""").fetchall():
         add(view=row[0], stream_id=row[1], rec_type=PENDING, seq=row[2], stream_type=row[3], event_type=row[4],
             payload=row[5], occurred_at=row[6], event_id=row[7], batch_id=row[8], line=row[9], entry_idx=row[10])
     return pa.table(columns, schema=INPUT_SCHEMA), files

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines.ingest import ingest_landing, record_entry
 from pipelines.inspect import SourceMapping
-from pipelines.run import project, rebuild
+from pipelines.run import project, rebuild, run
 from pipelines.store import Store, us_from_utc
 from tests.builders import T0, batch, dep, msg, opened, tick, wd
 from tests.harness import assert_same_store, entry_time, fresh_home, read_store, run_entries, write_batch
@@ -208,3 +208,27 @@ def test_a_run_at_a_time_already_recorded_changes_nothing(spark, tmp_path):
     assert [r["batch_id"] for r in store["batches"] if r["view"] == "accounts"] == ["b1", "tick-2"]
     again = run_entries(spark, home, ALL_VIEWS, [tick(3, 1)]) or read_store(home, ALL_VIEWS)
     assert again == store
+
+
+
+def test_a_waiting_stream_is_walked_only_when_something_can_change(spark, tmp_path):
+    """A buffered stream that a run brings nothing for stays out of the pass until its gap timer is
+    due (DESIGN §7: per-run work follows the batch and the buffers it touches); the store still
+    equals the model's, which re-examines every buffer every time."""
+    entries = [
+        batch(1, 0, opened("a"), dep("a", 3, 30), opened("b")),  # a waits for seq 2 from T=0
+        batch(2, 30, dep("b", 2, 20)),  # a's 60 s timer is not due: only b is walked
+        tick(3, 59),  # not due yet: nothing to walk
+        tick(4, 60),  # due: a's gap is skipped
+        batch(5, 70, dep("a", 2, 1), dep("b", 3, 5)),  # a's seq 2 is late now
+    ]
+    home = fresh_home(tmp_path)
+    Store.open(home, [QUICK_ACTIVITY]).close()
+    walked = []
+    for entry in entries:
+        if entry.kind == "batch":
+            write_batch(home, entry)
+        report = run(spark, home, [QUICK_ACTIVITY], now=entry_time(entry))
+        walked.append(report.projection.streams_touched.get("account_activity", 0))
+    assert walked == [2, 1, 0, 1, 2]
+    assert_same_store(read_store(home, [QUICK_ACTIVITY]), run_model(entries, [QUICK_ACTIVITY]))
