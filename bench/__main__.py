@@ -61,8 +61,8 @@ def prepare(workers: list[list[dict]], cache: Path) -> None:
     for task in (t for w in workers for t in w):
         if task["kind"] in ("size", "prior_art"):
             data.bank_batches(cache, task["events"])
-        if task.get("incremental"):
-            data.incremental_batch(cache, task["incremental"])
+        for round_no in range(1, data.INCREMENTAL_ROUNDS + 1) if task.get("incremental") else ():
+            data.incremental_batch(cache, task["incremental"], round_no)
         if task["kind"] == "tick":
             data.blocked_batches(cache, task["streams"])
 

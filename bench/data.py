@@ -18,6 +18,7 @@ EVENTS_PER_STREAM = 20
 MIX = {"disorder": 0.3, "duplicates": 0.01, "gaps": 0.001, "poison": 0.0001}
 BATCHES = 10
 SEED = 7
+INCREMENTAL_ROUNDS = 3  # the incremental case's rounds (bench/incremental.py)
 
 
 def inorder_cli() -> list[str]:
@@ -42,17 +43,18 @@ def bank_batches(cache: Path, events: int, batches: int = BATCHES, seed: int = S
     return folder
 
 
-def incremental_batch(cache: Path, events: int) -> Path:
-    """One batch of `events` bank events on streams of their own (`inc-…`), with the same mix:
-    committing it onto an empty store and onto a full one is the same work on the batch itself."""
-    target = cache / f"incremental-{events}" / "zz-incremental.jsonl"
+def incremental_batch(cache: Path, events: int, round_no: int = 1) -> Path:
+    """One batch of `events` bank events on streams of their own (`inc<round>-…`), with the same mix:
+    committing it onto an empty store and onto a full one is the same work on the batch itself.
+    Each round is a different batch (its own seed and streams), so rounds can follow each other."""
+    target = cache / f"incremental-{events}" / f"zz-incremental-{round_no}.jsonl"
     if target.exists():
         return target
-    source = bank_batches(cache, events, batches=1, seed=SEED + 1)
+    source = bank_batches(cache, events, batches=1, seed=SEED + round_no)
     text = (source / "batch-00001.jsonl").read_text()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".tmp")
-    partial.write_text(text.replace('"acct-', '"inc-'))
+    partial.write_text(text.replace('"acct-', f'"inc{round_no}-'))
     partial.replace(target)
     return target
 

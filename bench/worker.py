@@ -55,12 +55,12 @@ def size_task(spark, task: dict, work: Path, cache: Path, spark_start_s: float, 
     result = {"events": n, "bulk": engine, "floor": {**floor, "ratio": engine["wall_s"] / floor["wall_s"]}}
     home = Home(root / "home")
     if task.get("incremental"):
-        batch = data.incremental_batch(cache, task["incremental"])
-        say(f"incremental: {task['incremental']:,} events onto an empty store, then onto {n:,}")
-        empty = incremental.onto_empty(spark, root / "empty", batch, sampler)
-        full = incremental.onto_store(spark, home, batch, n, sampler)
-        result["incremental"] = {"empty": empty, "full": full, "ratio": full["latency_s"] / empty["latency_s"]}
-        say(f"  empty {empty['latency_s']:.2f} s, onto {n:,} {full['latency_s']:.2f} s")
+        batches = [data.incremental_batch(cache, task["incremental"], r) for r in range(1, data.INCREMENTAL_ROUNDS + 1)]
+        say(f"incremental: {task['incremental']:,} events onto an empty store, then onto {n:,} "
+            f"({len(batches)} rounds)")
+        result["incremental"] = inc = incremental.rounds(spark, root, home, batches, n, sampler)
+        say(f"  median empty {inc['empty']['latency_s']:.2f} s, onto {n:,} {inc['full']['latency_s']:.2f} s "
+            f"(samples {inc['empty']['samples_s']}, {inc['full']['samples_s']})")
     if task.get("peer"):
         say("ordering core: inorder (handler-less view) vs DuckDB SQL, same archive")
         result["peer"] = peer.compare(home, root / "peer", spark, sampler)

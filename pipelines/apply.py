@@ -27,7 +27,7 @@ class KeyedRows:
     def __init__(self, table: Table, stream_id: str, rows: Iterable[dict], journal: list) -> None:
         self.table = table
         self.stream_id = stream_id
-        self._columns = frozenset(table.columns)
+        self._columns = table.column_set
         self._key_cols = table.primary_key
         self._single = len(table.primary_key) == 1
         self.rows: dict[Any, dict] = {self._key(r): r for r in rows}
@@ -72,7 +72,7 @@ class AppendRows:
         self.appended: list[dict] = []
         self._journal = journal
         self._key_cols = table.primary_key
-        self._columns = frozenset(table.columns)
+        self._columns = table.column_set
 
     def last(self) -> dict | None:
         return None if self.newest is None else dict(self.newest)
@@ -101,8 +101,8 @@ class AggregateIncrements:
         self.sums = sums
         self._journal = journal
         self._key_cols = table.primary_key
-        self._key_set = frozenset(table.primary_key)
-        self._value_cols = frozenset(table.value_columns)
+        self._key_set = table.key_set
+        self._value_cols = table.value_column_set
 
     def add(self, key: dict, **increments: Any) -> None:
         if key.keys() != self._key_set:

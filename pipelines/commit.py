@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from pipelines.faults import crash_point
-from pipelines.project import PassPlan
+from pipelines.project import OUTPUT_SCHEMA, PassPlan, PassResult
 from pipelines.store import OUTCOME_COLUMNS, Store
 from pipelines.view import Table, View
 
@@ -71,11 +71,17 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str]) -> li
     return rows
 
 
-def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
+def commit_pass(store: Store, views: list[View], plan: PassPlan, result: PassResult,
                 subscribed_types: set[str]) -> None:
     """Write the pass output and its ledger rows atomically (after `run_pass` on the same store)."""
     con = store.con
-    con.register("pass_out", out)
+    if result.folder is None:
+        con.register("pass_out", result.table)
+    elif any(result.folder.glob("*.parquet")):  # read where it lies: DuckDB scans only the columns it needs
+        glob = result.parquet_glob().replace("'", "''")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW pass_out AS SELECT * FROM read_parquet('{glob}')")
+    else:
+        con.register("pass_out", OUTPUT_SCHEMA.empty_table())
     ledger = _ledger_rows(store, plan, subscribed_types)
     try:
         with store.transaction():
@@ -129,5 +135,5 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, out: pa.Table,
                 "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
             crash_point("commit.ledger")
     finally:
-        con.unregister("pass_out")
+        con.execute("DROP VIEW IF EXISTS pass_out")  # a registered table is a view too
 

@@ -169,6 +169,8 @@ _ABSENT = object()
 
 
 def _get(record: Mapping[str, Any], path: str) -> Any:
+    if "." not in path:  # the usual case; `record` is a dict (normalise checks)
+        return record.get(path, _ABSENT)
     value: Any = record
     for part in path.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -247,10 +249,14 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
 
 
+# one decoder for every line (json.loads with options would build a new one per call)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=Decimal)
+
+
 def _parse_json_line(text: str, levels: int = MAX_DEPTH) -> Any:
     """Parse JSON text that may nest `levels` levels (fewer for a payload inside a record)."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=Decimal)
+        value = _DECODER.decode(text)
     except Malformed:
         raise
     except RecursionError:

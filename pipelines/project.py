@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
@@ -24,7 +27,7 @@ from pipelines.ingest import archive_path
 from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
-from pipelines.spark import archive_shared, ship_code, shuffle_partitions
+from pipelines.spark import archive_shared, is_local, ship_code, shuffle_partitions
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -33,8 +36,8 @@ INPUT_SCHEMA = pa.schema([
     ("view", pa.string()), ("stream_id", pa.string()), ("rec_type", pa.int32()), ("entry_idx", pa.int64()),
     ("line", pa.int64()), ("seq", pa.int64()), ("batch_id", pa.string()), ("event_type", pa.string()),
     ("payload", pa.string()), ("occurred_at", pa.string()), ("event_id", pa.string()),
-    ("stream_type", pa.string()), ("state", pa.string()),
-])
+    ("stream_type", pa.string()), ("state", pa.string()), ("views", pa.string()),
+])  # state and pending rows belong to `view`; a new message goes to each of `views` (pipelines/select.py)
 # Pending messages and error rows carry their message in typed columns (no JSON round trip).
 _MESSAGE_COLUMNS = [
     ("seq", pa.int64()), ("msg_entry_idx", pa.int64()), ("line", pa.int64()), ("batch_id", pa.string()),
@@ -58,8 +61,9 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a view table")
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
+# one encoder for every record (json.dumps with options would build a new one per call)
+_ENCODER = json.JSONEncoder(default=json_default, separators=(",", ":"), ensure_ascii=False)
+dumps = _ENCODER.encode
 
 
 @dataclass
@@ -74,8 +78,11 @@ class PassPlan:
         return [(v, e.entry_idx) for v, es in self.by_view.items() for e in es]
 
 
-def plan_passes(store: Store, views: Iterable[View], max_records: int = 3_000_000) -> list[PassPlan]:
-    """Uncommitted entries per view, in ingest order, cut into passes of at most `max_records`."""
+def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_000) -> list[PassPlan]:
+    """Uncommitted entries per view, in ingest order, cut into passes of at most `max_records`.
+
+    Every pass loads the state of the streams it touches, so fewer, larger passes cost less; the
+    bound keeps one pass's shuffle and its output files to a size a 2-core machine handles well."""
     names = [v.name for v in views]
     rows = store.con.execute(
         """SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
@@ -243,60 +250,73 @@ def _output_batch(records: list[tuple]) -> pa.RecordBatch:
 
 def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str, View],
                               entries: dict[str, list[PassEntry]], first_seq: int) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: rows arrive sorted by (view, stream_id, rec_type, entry_idx, line)."""
+    """mapInArrow body: rows arrive sorted by (stream_id, rec_type, view, entry_idx, line), so a stream's
+    state and pending rows (one set per view) come first, then its new messages, each once."""
     out = PassOutput()
     aggregates: dict[str, dict[str, dict]] = {}
-    group_key: tuple[str, str] | None = None
-    state_text: str | None = None
-    pending: list[tuple] = []
+    stream_id: str | None = None
+    states: dict[str, str] = {}
+    pending: dict[str, list[tuple]] = {}
     new: list[tuple] = []
+    new_views: list[str] = []
+    walk_seconds = walk_cpu_seconds = 0.0
 
-    walk_seconds = 0.0
-
-    def flush_group() -> None:
-        nonlocal walk_seconds
-        started = time.perf_counter()
-        view_name, stream_id = group_key
-        view = views[view_name]
-        state = _decode_state(view, state_text, first_seq) if state_text else StreamState(last_seq=first_seq - 1)
-        walk_stream(view, stream_id, state, pending, new, entries[view_name], out,
-                    aggregates.setdefault(view_name, {}))
+    def flush_stream() -> None:
+        nonlocal walk_seconds, walk_cpu_seconds
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        by_view: dict[str, list[tuple]] = {}
+        if new:
+            if new_views.count(new_views[0]) == len(new_views):
+                by_view = dict.fromkeys(new_views[0].split(","), new)  # the usual case: one route
+            else:
+                for msg, route in zip(new, new_views):
+                    for view_name in route.split(","):
+                        by_view.setdefault(view_name, []).append(msg)
+        for view_name in sorted(states.keys() | pending.keys() | by_view.keys()):
+            view = views[view_name]
+            text = states.get(view_name)
+            state = _decode_state(view, text, first_seq) if text else StreamState(last_seq=first_seq - 1)
+            walk_stream(view, stream_id, state, pending.get(view_name, []), by_view.get(view_name, []),
+                        entries[view_name], out, aggregates.setdefault(view_name, {}))
         walk_seconds += time.perf_counter() - started
+        walk_cpu_seconds += time.thread_time() - started_cpu
 
     for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
         cols = batch.to_pydict()
-        view_col, stream_col, rec_col, state_col = cols["view"], cols["stream_id"], cols["rec_type"], cols["state"]
+        stream_col, rec_col, view_col, state_col, views_col = (
+            cols["stream_id"], cols["rec_type"], cols["view"], cols["state"], cols["views"])
         message_rows = list(zip(cols["seq"], cols["entry_idx"], cols["line"], cols["batch_id"], cols["event_type"],
                                 cols["payload"], cols["occurred_at"], cols["event_id"], cols["stream_type"]))
-        start = 0
-        n = batch.num_rows
-        while start < n:
-            key = (view_col[start], stream_col[start])
-            end = start + 1
-            while end < n and stream_col[end] == key[1] and view_col[end] == key[0]:
-                end += 1
-            if key != group_key:
-                if group_key is not None:
-                    flush_group()
+        ids = batch.column("stream_id")
+        changes = pc.indices_nonzero(pc.not_equal(ids.slice(1), ids.slice(0, n - 1))).to_pylist()
+        starts = [0, *(i + 1 for i in changes), n]  # where each stream's rows begin in this batch
+        for start, end in zip(starts, starts[1:]):
+            if stream_col[start] != stream_id:
+                if stream_id is not None:
+                    flush_stream()
                     if len(out.records) >= _FLUSH_EVERY:
                         yield _output_batch(out.records)
                         out.records.clear()
-                group_key, state_text, pending, new = key, None, [], []
-            for i in range(start, end):
-                rec = rec_col[i]
-                if rec == NEW:
-                    new.extend(message_rows[i:end])  # new messages sort last within a group
-                    break
-                if rec == STATE:
-                    state_text = state_col[i]
+                stream_id, states, pending, new, new_views = stream_col[start], {}, {}, [], []
+            i = start
+            while i < end and rec_col[i] != NEW:  # a stream's state and pending rows sort first
+                if rec_col[i] == STATE:
+                    states[view_col[i]] = state_col[i]
                 else:
-                    pending.append(message_rows[i])
-            start = end
-    if group_key is not None:
-        flush_group()
+                    pending.setdefault(view_col[i], []).append(message_rows[i])
+                i += 1
+            new.extend(message_rows[i:end])
+            new_views.extend(views_col[i:end])
+    if stream_id is not None:
+        flush_stream()
     for (view_name, entry_idx, name), n in out.counts.items():
         out.emit("count", view_name, "", entry_idx, name, n)
     out.emit("metric", "", "", 0, "walk_us", int(walk_seconds * 1e6))
+    # CPU time too: on a busy machine the JVM takes cores from the walk, which inflates its wall time
+    out.emit("metric", "", "", 0, "walk_cpu_us", int(walk_cpu_seconds * 1e6))
     for view_name, tables in aggregates.items():
         for table_name, sums in tables.items():
             if sums:
@@ -317,25 +337,65 @@ def archived_messages(spark: SparkSession, files: list[str]) -> DataFrame:
     return spark.createDataFrame(table)
 
 
+@dataclass
+class PassResult:
+    """A pass's output: written as Parquet by the executors where the driver can read their files (a
+    local session: nothing as large as the output passes through the JVM's heap or the driver), or
+    collected through the driver (a remote cluster)."""
+
+    table: pa.Table | None = None
+    folder: Path | None = None
+
+    def parquet_glob(self) -> str:
+        return str(self.folder / "*.parquet")
+
+    def summary(self) -> pa.Table:
+        """The rows ProjectionStats counts (counts, metrics, watermarks), without their data."""
+        kinds = ["count", "metric", "watermark"]
+        columns = ["kind", "view", "name", "n"]
+        if self.folder is None:
+            return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
+        if not any(self.folder.glob("*.parquet")):
+            return OUTPUT_SCHEMA.empty_table().select(columns)
+        return pq.read_table(self.folder, columns=columns, filters=[("kind", "in", kinds)])
+
+
+def pass_folder(home: Home) -> Path:
+    """Scratch space of the pass in progress (inputs and output); removed after its commit."""
+    return home.root / "scratch" / "pass"
+
+
 def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], plan: PassPlan,
-             first_seq: int) -> pa.Table:
+             first_seq: int) -> PassResult:
     """Order and apply one pass in Spark; returns the pass output for `commit_pass`."""
     state_rows, files = load_inputs(store, home, views, plan)
     in_pass = [v for v in views if v.name in plan.by_view]
     ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
-    frames = [spark.createDataFrame(state_rows)] if state_rows.num_rows else []
+    local = is_local(spark)
+    scratch = pass_folder(home)
+    shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
+    frames = []
+    if state_rows.num_rows and local:  # a file, so the state never sits in the JVM's heap as a local relation
+        scratch.mkdir(parents=True)
+        pq.write_table(state_rows, scratch / "state.parquet")
+        frames.append(spark.read.parquet(str(scratch / "state.parquet")))
+    elif state_rows.num_rows:
+        frames.append(spark.createDataFrame(state_rows))
     if files:
         messages = archived_messages(spark, files)
         selected = select_views(spark, messages, plan.view_entries, in_pass)
         frames.append(selected.selectExpr(*[
             "CAST(2 AS INT) AS rec_type" if f.name == "rec_type" else
-            "CAST(NULL AS STRING) AS state" if f.name == "state" else f.name for f in INPUT_SCHEMA]))
+            f"CAST(NULL AS STRING) AS {f.name}" if f.name in ("view", "state") else f.name for f in INPUT_SCHEMA]))
     if not frames:
-        return OUTPUT_SCHEMA.empty_table()
+        return PassResult(table=OUTPUT_SCHEMA.empty_table())
     combined = functools.reduce(lambda a, b: a.unionByName(b), frames)
     partition = functools.partial(order_and_apply_partition, views={v.name: v for v in in_pass},
                                   entries=plan.by_view, first_seq=first_seq)
-    result = (combined.repartition(shuffle_partitions(spark), "view", "stream_id")
-              .sortWithinPartitions("view", "stream_id", "rec_type", "entry_idx", "line")
+    result = (combined.repartition(shuffle_partitions(spark), "stream_id")
+              .sortWithinPartitions("stream_id", "rec_type", "view", "entry_idx", "line")
               .mapInArrow(partition, _OUTPUT_SPARK_SCHEMA))
-    return result.toArrow()
+    if not local:
+        return PassResult(table=result.toArrow())
+    result.write.mode("overwrite").parquet(str(scratch / "output"))
+    return PassResult(folder=scratch / "output")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch, ingest_landing, new_landing_files,
                               record_entry, tick_due)
 from pipelines.inspect import SourceMapping
-from pipelines.project import plan_passes, run_pass
+from pipelines.project import pass_folder, plan_passes, run_pass
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -36,6 +37,7 @@ class ProjectionStats:
     selected: int = 0
     handler_calls: int = 0
     walk_seconds: float = 0.0  # time inside the ordering walk and handlers, summed over executors
+    walk_cpu_seconds: float = 0.0  # the same walks' CPU time
     spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, collect)
     commit_seconds: float = 0.0
     by_view: dict[str, dict[str, int]] = field(default_factory=dict)  # outcome counts of this projection
@@ -43,7 +45,11 @@ class ProjectionStats:
 
     def add(self, out: pa.Table) -> None:
         metrics = out.filter(pc.equal(out["kind"], "metric"))
-        self.walk_seconds += sum(metrics["n"].to_pylist()) / 1e6  # the only metric: walk_us
+        for name, n in zip(metrics["name"].to_pylist(), metrics["n"].to_pylist()):
+            if name == "walk_us":
+                self.walk_seconds += n / 1e6
+            elif name == "walk_cpu_us":
+                self.walk_cpu_seconds += n / 1e6
         counts = out.filter(pc.equal(out["kind"], "count"))
         for view, name, n in zip(counts["view"].to_pylist(), counts["name"].to_pylist(), counts["n"].to_pylist()):
             per_view = self.by_view.setdefault(view, {})
@@ -89,10 +95,11 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
         crash_point("project.ordered")
         commit_pass(store, list(selected), plan, out, subscribed)
         crash_point("project.committed")
+        stats.add(out.summary())
+        shutil.rmtree(pass_folder(home), ignore_errors=True)
         stats.spark_seconds += spark_done - started
         stats.commit_seconds += time.perf_counter() - spark_done
         stats.entries += len(plan.entries)
-        stats.add(out)
         progress(f"pass {i}/{len(plans)}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
                  f"in {time.perf_counter() - started:.1f}s")
     return stats

@@ -14,10 +14,24 @@ def subscriptions(views: Iterable[View]) -> list[tuple[str, str]]:
     return [(stream_type, view.name) for view in views for stream_type in view.subscribes]
 
 
+def routes(view_entries: Iterable[tuple[str, int]], views: Iterable[View]) -> list[tuple[str, int, str]]:
+    """(stream_type, entry_idx, the views that still have to project that entry's messages of that
+    stream type, comma-joined and sorted): small enough to broadcast."""
+    subscribed: dict[str, set[str]] = {}
+    for stream_type, view in subscriptions(views):
+        subscribed.setdefault(view, set()).add(stream_type)
+    targets: dict[tuple[str, int], list[str]] = {}
+    for view, entry_idx in view_entries:
+        for stream_type in subscribed.get(view, ()):
+            targets.setdefault((stream_type, entry_idx), []).append(view)
+    return [(stream_type, entry_idx, ",".join(sorted(vs))) for (stream_type, entry_idx), vs in targets.items()]
+
+
 def select_views(spark: SparkSession, messages: DataFrame, view_entries: list[tuple[str, int]],
                  views: Iterable[View]) -> DataFrame:
-    """One row per (message, subscribed view), kept only where the entry is still to be projected
-    for that view (`view_entries` lists those (view, entry_idx) pairs)."""
-    subs = spark.createDataFrame(subscriptions(views), "stream_type string, view string")
-    todo = spark.createDataFrame(view_entries, "view string, entry_idx long")
-    return messages.join(subs.hint("broadcast"), "stream_type").join(todo.hint("broadcast"), ["view", "entry_idx"])
+    """Each message once, with the views it goes to (`views`, comma-joined: view names are identifiers),
+    kept only where some subscribed view still has to project its entry (`view_entries` lists those
+    (view, entry_idx) pairs). One row per message, not per (message, view): the shuffle that brings a
+    stream together carries each message once, and the walker hands it to each of its views."""
+    targets = spark.createDataFrame(routes(view_entries, views), "stream_type string, entry_idx long, views string")
+    return messages.join(targets.hint("broadcast"), ["stream_type", "entry_idx"])

@@ -28,7 +28,7 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.memory": "4g",
+    "spark.driver.memory": "2g",  # local mode: the one JVM; pass output goes to files, not its heap
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
 }

@@ -62,6 +62,18 @@ class Table:
         else:
             raise ValueError(f"table {self.name}: unknown kind {self.kind!r}")
 
+    @cached_property
+    def column_set(self) -> frozenset[str]:
+        return frozenset(self.columns)
+
+    @cached_property
+    def key_set(self) -> frozenset[str]:
+        return frozenset(self.primary_key)
+
+    @cached_property
+    def value_column_set(self) -> frozenset[str]:
+        return frozenset(self.value_columns)
+
     @property
     def decimal_columns(self) -> tuple[str, ...]:
         return tuple(c for c, t in self.columns.items() if t.startswith("DECIMAL"))
