@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-import pyarrow as pa
-
 from pipelines.faults import crash_point
 from pipelines.project import OUTPUT_SCHEMA, PassPlan, PassResult
 from pipelines.store import OUTCOME_COLUMNS, Store

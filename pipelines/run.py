@@ -38,7 +38,7 @@ class ProjectionStats:
     handler_calls: int = 0
     walk_seconds: float = 0.0  # time inside the ordering walk and handlers, summed over executors
     walk_cpu_seconds: float = 0.0  # the same walks' CPU time
-    spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, collect)
+    spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, write out)
     commit_seconds: float = 0.0
     by_view: dict[str, dict[str, int]] = field(default_factory=dict)  # outcome counts of this projection
     streams_touched: dict[str, int] = field(default_factory=dict)
