@@ -1,6 +1,6 @@
 """The benchmark runner.
 
-    python -m bench            # the full suite: 1M, 2M, 5M, 10M events (hours on 2 cores)
+    python -m bench            # the full suite: 1M, 2M, 5M, 10M events (~40 min on 2 cores)
     python -m bench --quick    # every case at a few thousand events (about a minute or two)
     python -m bench --sizes 1000000,10000000
 
