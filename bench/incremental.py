@@ -2,8 +2,9 @@
 back to back in the same Spark session. The batch's streams are its own (`inc<round>-…`), so the
 work on the batch is the same; what differs is the history, and the pending buffers it holds.
 
-A latency of about a second moves by a tenth from run to run, so the case runs data.INCREMENTAL_ROUNDS rounds
-(each: a fresh empty store, then the full store, each with that round's batch) and reports medians."""
+A latency of about a second moves by a tenth from run to run, so the case runs
+data.INCREMENTAL_ROUNDS rounds (each: a fresh empty store, then the full store, each with that
+round's batch) and reports medians."""
 
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ def onto_empty(spark: SparkSession, work: Path, batch: Path, sampler: RssSampler
 def onto_store(spark: SparkSession, home: Home, batch: Path, store_events: int, sampler: RssSampler) -> dict:
     result = commit_batch(spark, home, batch, sampler, "incremental")
     return {**result, "store_events": store_events}
-
 
 
 def rounds(spark: SparkSession, work: Path, home: Home, batches: list[Path], store_events: int,
