@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from bench.measure import RssSampler
 from pipelines.ingest import archive_path
 from pipelines.run import project_views
+from pipelines.status import open_read_only
 from pipelines.store import Home
 from pipelines.view import View
 from views import ALL_VIEWS
@@ -111,7 +112,7 @@ STEP = [
 
 def ordering_entries(home: Home) -> list[tuple[int, str, object]]:
     """(entry_idx, kind, received_at) of every archived entry, in ingest order."""
-    con = duckdb.connect(str(home.database), read_only=True)
+    con = open_read_only(home)
     try:
         return con.execute("SELECT entry_idx, kind, received_at FROM inorder.ingest_log "
                            "WHERE status = 'archived' ORDER BY entry_idx").fetchall()
@@ -136,7 +137,7 @@ def duckdb_ordering(home: Home, database: Path, view: View = ORDERING_VIEW, firs
     for entry_idx, kind, received_at in entries:
         files = [str(archive_path(home, entry_idx))] if kind == "batch" else [empty]  # a tick brings nothing
         params = {"files": files, "entry": entry_idx, "now": received_at,
-                  "timeout_us": int(round(view.gap_timeout * 1e6)), "types": list(view.subscribes),
+                  "timeout_us": view.gap_timeout_us, "types": list(view.subscribes),
                   "first_seq": first_seq, "max_pending": view.max_pending}
         con.execute("BEGIN TRANSACTION")
         for sql in STEP:
@@ -163,7 +164,7 @@ def inorder_ordering(spark: SparkSession, home: Home, sampler: RssSampler) -> di
     with sampler.phase("ordering"):
         stats = project_views(spark, home, (*ALL_VIEWS, ORDERING_VIEW), [ORDERING_VIEW])
     seconds = time.perf_counter() - started
-    con = duckdb.connect(str(home.database), read_only=True)
+    con = open_read_only(home)
     try:
         row = con.execute(
             """SELECT sum(selected), sum(applied + ignored + handler_error), sum(duplicate), sum(late), sum(conflict),

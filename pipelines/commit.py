@@ -10,7 +10,7 @@ import json
 from datetime import datetime, timezone
 
 from pipelines.faults import crash_point
-from pipelines.project import OUTPUT_SCHEMA, PassPlan, PassResult
+from pipelines.project import PassPlan, PassResult
 from pipelines.store import OUTCOME_COLUMNS, Store
 from pipelines.view import Table, View
 
@@ -75,11 +75,9 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, result: PassRes
     con = store.con
     if result.folder is None:
         con.register("pass_out", result.table)
-    elif any(result.folder.glob("*.parquet")):  # read where it lies: DuckDB scans only the columns it needs
-        glob = result.parquet_glob().replace("'", "''")
+    else:  # read where it lies: DuckDB scans only the columns each statement needs
+        glob = str(result.folder / "*.parquet").replace("'", "''")
         con.execute(f"CREATE OR REPLACE TEMP VIEW pass_out AS SELECT * FROM read_parquet('{glob}')")
-    else:
-        con.register("pass_out", OUTPUT_SCHEMA.empty_table())
     ledger = _ledger_rows(store, plan, subscribed_types)
     try:
         with store.transaction():

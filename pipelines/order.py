@@ -90,7 +90,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         state.stream_type = first[0][STREAM_TYPE]
     applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
     apply = applier.apply
-    gap_timeout_us = int(round(view.gap_timeout * 1_000_000))
+    gap_timeout_us = view.gap_timeout_us
     last_entry = 0
 
     def walk(entry: PassEntry) -> None:

@@ -133,7 +133,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     con.execute("CREATE OR REPLACE TEMP TABLE pass_limits "
                 "(view VARCHAR, t_us BIGINT, gap_timeout_us BIGINT, max_pending BIGINT)")
     con.executemany("INSERT INTO pass_limits VALUES (?, ?, ?, ?)", [
-        (v.name, max(e.t_us for e in plan.by_view[v.name]), int(round(v.gap_timeout * 1_000_000)), v.max_pending)
+        (v.name, max(e.t_us for e in plan.by_view[v.name]), v.gap_timeout_us, v.max_pending)
         for v in views if v.name in plan.by_view])
     con.execute("""
         CREATE OR REPLACE TEMP TABLE pass_streams AS
@@ -344,10 +344,7 @@ class PassResult:
     collected through the driver (a remote cluster)."""
 
     table: pa.Table | None = None
-    folder: Path | None = None
-
-    def parquet_glob(self) -> str:
-        return str(self.folder / "*.parquet")
+    folder: Path | None = None  # holds at least one Parquet file when set
 
     def summary(self) -> pa.Table:
         """The rows ProjectionStats counts (counts, metrics, watermarks), without their data."""
@@ -355,8 +352,6 @@ class PassResult:
         columns = ["kind", "view", "name", "n"]
         if self.folder is None:
             return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
-        if not any(self.folder.glob("*.parquet")):
-            return OUTPUT_SCHEMA.empty_table().select(columns)
         return pq.read_table(self.folder, columns=columns, filters=[("kind", "in", kinds)])
 
 
@@ -397,5 +392,8 @@ def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], p
               .mapInArrow(partition, _OUTPUT_SPARK_SCHEMA))
     if not local:
         return PassResult(table=result.toArrow())
-    result.write.mode("overwrite").parquet(str(scratch / "output"))
-    return PassResult(folder=scratch / "output")
+    output = scratch / "output"
+    result.write.mode("overwrite").parquet(str(output))
+    if not any(output.glob("*.parquet")):
+        return PassResult(table=OUTPUT_SCHEMA.empty_table())
+    return PassResult(folder=output)

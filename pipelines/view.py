@@ -162,6 +162,12 @@ class View:
         if len(set(names)) != len(names):
             raise ValueError(f"view {self.name}: duplicate table names")
 
+    @property
+    def gap_timeout_us(self) -> int:
+        """`gap_timeout` in the microseconds logical times are kept in (the walk and the pass's
+        choice of due buffers must agree on it to the microsecond)."""
+        return int(round(self.gap_timeout * 1_000_000))
+
     def table(self, name: str) -> Table:
         for t in self.tables:
             if t.name == name:

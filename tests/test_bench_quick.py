@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scripts.cluster import QUICK_JVM
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("bulk", "floor", "duckdb_peer", "prior_art", "incremental", "tick", "scaling")
 
@@ -16,8 +18,7 @@ CASES = ("bulk", "floor", "duckdb_peer", "prior_art", "incremental", "tick", "sc
 def test_bench_quick_writes_every_case(tmp_path: Path) -> None:
     results = tmp_path / "results"
     # a quick-starting driver JVM (C1 only, serial GC) as the cluster test uses: this checks the suite, not speed
-    env = {**os.environ, "INORDER_SPARK_CONF": json.dumps(
-        {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})}
+    env = {**os.environ, "INORDER_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM})}
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--sizes", "300,600", "--incremental-events", "100",
          "--tick-streams", "100", "--prior-events", "200", "--work", str(tmp_path / "work"),
