@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 RAW_LIMIT = 4096
@@ -342,6 +343,46 @@ def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, byt
             yield number, raw.encode("utf-8", "surrogateescape"), exc
 
 
+def _value_bytes(value: Any) -> int:
+    """One Parquet value's size: its text in UTF-8, as `csv.writer` would write it (null is empty, binary is
+    its bytes, a list or struct is its JSON text, any other scalar is `str(value)`)."""
+    if value is None:
+        return 0
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, (dict, list)):
+        try:
+            value = json.dumps(value, ensure_ascii=False, default=str)
+        except RecursionError:  # nested far deeper than MAX_DEPTH: malformed for that reason anyway
+            return 0
+    elif not isinstance(value, str):
+        value = str(value)
+    return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+
+
+_ARROW_MEASURED = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
+                   pa.types.is_integer)
+
+
+def _parquet_record_sizes(batch: pa.RecordBatch, records: list[dict]) -> list[int]:
+    """Each row's size: what the same values measure as a CSV row, their `_value_bytes` plus one byte between
+    columns. Text, binary and integer columns are measured by Arrow (the same numbers, with no Python work per
+    value), other columns value by value from `records` (the batch's rows)."""
+    sizes = pa.array([max(batch.num_columns - 1, 0)] * batch.num_rows, pa.int64())
+    others = []
+    for name, column in zip(batch.schema.names, batch.columns):
+        if not any(test(column.type) for test in _ARROW_MEASURED):
+            others.append(name)
+            continue
+        if pa.types.is_integer(column.type):
+            column = pc.cast(column, pa.string())  # the decimal digits str() writes
+        sizes = pc.add(sizes, pc.cast(pc.fill_null(pc.binary_length(column), 0), pa.int64()))
+    if not others:
+        return sizes.to_pylist()
+    return [size + sum(_value_bytes(record.get(name)) for name in others)
+            for size, record in zip(sizes.to_pylist(), records)]
+
+
 def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
     try:
         table = pq.read_table(path)
@@ -350,12 +391,15 @@ def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, 
     nested = any(pa.types.is_nested(f.type) for f in table.schema)
     number = 0
     for batch in table.to_batches(max_chunksize=65_536):
-        for record in batch.to_pylist():
+        records = batch.to_pylist()
+        for record, size in zip(records, _parquet_record_sizes(batch, records)):
             number += 1
             payload = record.get(mapping.payload)
             try:
                 if nested and _too_deep(record, MAX_DEPTH):
                     raise Malformed(TOO_DEEP)
+                if size > mapping.max_record_bytes:
+                    raise Malformed(f"record is {size} bytes, over max_record_bytes {mapping.max_record_bytes}")
                 if isinstance(payload, str):
                     record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
                 yield number, _raw(json.dumps(record, default=str)), record

@@ -3,7 +3,9 @@ cannot be read are rejected whole. The engine's normalisation must agree with th
 
 from __future__ import annotations
 
+import csv
 import json
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -117,6 +119,63 @@ def test_parquet_batches_and_unreadable_files(tmp_path):
     with pytest.raises(RejectedFile, match="unsupported"):
         inspect_file(tmp_path / "b5.xml", "b5", 1, SourceMapping())
 
+
+def _csv_and_parquet(tmp_path, name: str, rows: list[dict]):
+    """The same rows as a CSV file and as a Parquet file (seq an int64 column, None an empty CSV field)."""
+    columns = list(rows[0])
+    csv_path, parquet_path = tmp_path / f"{name}.csv", tmp_path / f"{name}.parquet"
+    with csv_path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        writer.writerows([["" if r[c] is None else r[c] for c in columns] for r in rows])
+    data = {c: [r[c] for r in rows] for c in columns}
+    pq.write_table(pa.table({**data, "seq": pa.array(data["seq"], pa.int64())}), parquet_path)
+    return csv_path, parquet_path
+
+
+def test_an_oversized_parquet_record_is_malformed_as_in_json_lines(tmp_path):
+    mapping = SourceMapping(max_record_bytes=1000)
+    big = {"stream_id": "a", "seq": 2, "type": "Deposited", "payload": json.dumps({"blob": "x" * 5000})}
+    rows = [{**big, "seq": 1, "payload": "{}"}, big, {**big, "seq": 3, "payload": '{"k": 1}'}]
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({c: [r[c] for r in rows] for c in big}), path)
+    batch = inspect_file(path, "big", 1, mapping)
+    assert batch.messages["line"].to_pylist() == [1, 3] and batch.records == 3
+    ((line, raw, reason),) = batch.malformed
+    assert line == 2 and "over max_record_bytes 1000" in reason
+    assert len(raw) == 4096 and raw.startswith('{"stream_id": "a", "seq": 2')  # truncated like a JSON line's
+    as_jsonl = {**big, "payload": json.loads(big["payload"])}
+    ((_, _, jsonl_reason),) = inspect_lines(tmp_path, [json.dumps(as_jsonl).encode()], mapping=mapping).malformed
+    assert "over max_record_bytes 1000" in jsonl_reason
+
+
+def test_a_parquet_row_measures_what_the_same_csv_row_measures(tmp_path):
+    """Each value's UTF-8 text (null is empty) plus one byte between columns: at the limit a row is
+    normalised, one byte over it malformed, in CSV and Parquet alike."""
+    payload = json.dumps({"t": "é" * 40})  # "é" is 2 bytes of UTF-8: sizes are bytes, not characters
+    mapping = SourceMapping(max_record_bytes=len("é-1".encode()) + 1 + 1 + len(payload.encode()) + 0 + 4)
+    for stream_id, ok in (("é-1", True), ("é-12", False)):
+        rows = [{"stream_id": stream_id, "seq": 1, "type": "X", "payload": payload, "occurred_at": None},
+                {"stream_id": "é-1", "seq": 2, "type": "X", "payload": "{}", "occurred_at": None}]
+        for path in _csv_and_parquet(tmp_path, f"b-{ok}", rows):
+            batch = inspect_file(path, path.stem, 1, mapping)
+            assert batch.messages["line"].to_pylist() == ([1, 2] if ok else [2]), path.name
+            assert ok or (batch.malformed[0][0] == 1 and "over max_record_bytes" in batch.malformed[0][2])
+
+
+def test_a_parquet_row_of_every_column_type_is_measured_by_its_values_text(tmp_path):
+    at = datetime(2024, 3, 1, 10, 0, tzinfo=timezone.utc)
+    row = {"stream_id": "名前-1", "seq": 12, "type": "X", "payload": '{"k": "é"}', "amount": 10.25, "flag": True,
+           "at": at, "tags": ["a", "é"], "meta": {"n": 1, "s": "ü"}, "blob": b"\x00\xff", "big": -123456789,
+           "nothing": None}
+    texts = ["名前-1", "12", "X", '{"k": "é"}', "10.25", "True", str(at), '["a", "é"]', '{"n": 1, "s": "ü"}',
+             "", "-123456789", ""]
+    size = sum(len(t.encode()) for t in texts) + 2 + len(row) - 1  # the binary's 2 bytes, a byte between columns
+    path = tmp_path / "types.parquet"
+    pq.write_table(pa.table({k: pa.array([v], pa.string() if v is None else None) for k, v in row.items()}), path)
+    assert inspect_file(path, "types", 1, SourceMapping(max_record_bytes=size)).messages.num_rows == 1
+    ((line, _, reason),) = inspect_file(path, "types", 1, SourceMapping(max_record_bytes=size - 1)).malformed
+    assert line == 1 and reason == f"record is {size} bytes, over max_record_bytes {size - 1}"
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
