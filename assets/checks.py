@@ -7,11 +7,13 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.registry import load_views
 from pipelines.status import read_status
 from pipelines.store import Store
 from pipelines.view import Expectation, View
 from resources import FoldersResource, ReadStoreResource, inorder_home
-from views import ALL_VIEWS
+
+ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 SAMPLE = 5
 

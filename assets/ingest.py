@@ -6,9 +6,11 @@ import pyarrow.parquet as pq
 
 from assets.partitions import BATCHES, STORE_POOL, run_time
 from pipelines.ingest import archive_path
+from pipelines.registry import load_views
 from pipelines.run import ingest_batch
 from resources import FoldersResource, ReadStoreResource, inorder_home
-from views import ALL_VIEWS
+
+ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 
 @dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},

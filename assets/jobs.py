@@ -6,9 +6,11 @@ from assets.ingest import event_batches
 from assets.logs import errors, gaps
 from assets.partitions import STORE_POOL, STORE_TAGS
 from assets.views import projections
+from pipelines.registry import load_views, view_named
 from pipelines.run import rebuild
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
-from views import ALL_VIEWS, view_named
+
+ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 PROJECTION = dg.AssetSelection.assets(projections, errors, gaps)
 
@@ -28,7 +30,7 @@ class RebuildConfig(dg.Config):
 @dg.op(pool=STORE_POOL)
 def rebuild_view_op(context: dg.OpExecutionContext, config: RebuildConfig, spark: SparkResource,
                     read_store: ReadStoreResource, folders: FoldersResource) -> None:
-    view = view_named(config.view)
+    view = view_named(ALL_VIEWS, config.view)
     stats = rebuild(spark.session, inorder_home(read_store, folders), ALL_VIEWS, view, progress=context.log.info)
     context.log_event(dg.AssetMaterialization(asset_key=view.name, metadata={
         "rebuilt": dg.MetadataValue.bool(True),

@@ -3,10 +3,12 @@
 import dagster as dg
 
 from assets.partitions import STORE_POOL
+from pipelines.registry import load_views
 from pipelines.status import newest_errors
 from pipelines.store import Store
 from resources import FoldersResource, ReadStoreResource, inorder_home
-from views import ALL_VIEWS
+
+ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 VIEW_KEYS = [dg.AssetKey(view.name) for view in ALL_VIEWS]
 

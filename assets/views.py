@@ -5,12 +5,14 @@ from typing import Iterator
 import dagster as dg
 
 from assets.partitions import STORE_POOL, TICK_TAG, run_time
+from pipelines.registry import load_views
 from pipelines.run import project_views
 from pipelines.status import newest_errors, read_status
 from pipelines.store import OUTCOME_COLUMNS, Store
 from pipelines.view import View
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
-from views import ALL_VIEWS
+
+ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 
 def _description(view: View) -> str:

@@ -15,7 +15,7 @@ from pipelines.run import run
 from pipelines.spark import shuffle_partitions
 from pipelines.status import open_read_only, read_status
 from pipelines.store import Home
-from views import ALL_VIEWS
+from bench.data import BANK_VIEWS
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 JSON_SCHEMA = "stream_id string, seq long, type string, payload string, occurred_at string, event_id string"
@@ -32,13 +32,13 @@ def engine_run(spark: SparkSession, home_root: Path, inputs: Path, spark_start_s
     home = fresh_home(home_root)
     land(jsonl_files(inputs), home.landing)
     with sampler.phase("bulk"):
-        report = run(spark, home, ALL_VIEWS, now=T0)
+        report = run(spark, home, BANK_VIEWS, now=T0)
     stats = report.projection
     cores = spark.sparkContext.defaultParallelism
     events = sum(r.records for r in report.ingested)
     con = open_read_only(home)
     try:
-        status = read_status(con, ALL_VIEWS)
+        status = read_status(con, BANK_VIEWS)
     finally:
         con.close()
     return {

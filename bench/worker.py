@@ -19,7 +19,7 @@ from bench.measure import RssSampler, timer
 from pipelines.run import run
 from pipelines.spark import spark_session
 from pipelines.store import Home
-from views import ALL_VIEWS
+from bench.data import BANK_VIEWS
 from views.bank_generator import GeneratorConfig, generate
 
 
@@ -32,7 +32,7 @@ def warm_up(spark, work: Path) -> float:
     home = bulk.fresh_home(work / "warm")
     generate(home.landing, GeneratorConfig(400, 20, 2, **data.MIX))
     with timer() as t:
-        run(spark, home, ALL_VIEWS, now=bulk.T0)
+        run(spark, home, BANK_VIEWS, now=bulk.T0)
         bulk.spark_floor(spark, home.landing, work / "warm-floor")
     shutil.rmtree(home.root, ignore_errors=True)
     return t["s"]
@@ -76,7 +76,7 @@ def prior_art_task(spark, task: dict, work: Path, cache: Path, spark_start_s: fl
     root = work / f"prior-{n}"
     say(f"prior art: inorder run on the {n:,}-event sample, then the per-message method")
     _, engine = bank_run(spark, cache, n, root, spark_start_s, sampler)
-    result = prior_art.per_message(Home(root / "home"), root / "prior.duckdb", ALL_VIEWS)
+    result = prior_art.per_message(Home(root / "home"), root / "prior.duckdb", BANK_VIEWS)
     check = prior_art.check_against(engine["views"], result["views"])
     say(f"  inorder {engine['events_per_s']:,.0f} events/s, per-message {result['events_per_s']:,.0f} events/s, "
         f"counts match: {all(c['match'] for c in check.values())}")

@@ -46,9 +46,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"wrote {len(paths)} batch files with {args.events} events to {args.out}")
 
 
+def _views():
+    """The views of INORDER_VIEWS, refused with one line (before anything touches the store) when
+    they cannot run together."""
+    from pipelines.registry import load_views
+
+    return load_views()
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import run_through_dagster
 
+    _views()
     report = run_through_dagster(Home.from_env(), args.now, _progress)
     archived = [m for m in report.ingested if m.get("status") == "archived"]
     rejected = [m for m in report.ingested if m.get("status") == "rejected"]
@@ -66,11 +75,11 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_status(args: argparse.Namespace) -> None:
     from pipelines.status import format_status, open_read_only, read_status
-    from views import ALL_VIEWS
 
+    views = _views()
     con = open_read_only(Home.from_env())
     try:
-        print(format_status(read_status(con, ALL_VIEWS)))
+        print(format_status(read_status(con, views)))
     finally:
         con.close()
 
@@ -93,21 +102,28 @@ def cmd_errors(args: argparse.Namespace) -> None:
 
 
 def cmd_operator(args: argparse.Namespace) -> None:
+    from pipelines.registry import view_named
     from pipelines.run import operator_action
-    from views import ALL_VIEWS, view_named
 
-    view = view_named(args.view)
-    operator_action(_spark(), Home.from_env(), ALL_VIEWS, view, args.stream, args.command, progress=_progress)
-    print(f"{args.command} of {args.view}/{args.stream} committed")
+    views = _views()
+    view = view_named(views, args.view)
+    streams = operator_action(_spark(), Home.from_env(), views, view, None if args.all else [args.stream],
+                              args.command, progress=_progress)
+    if not streams:
+        print(f"view {args.view} has no parked streams: nothing to {args.command}")
+    else:
+        print(f"{args.command} of {len(streams)} parked streams of {args.view} committed: "
+              + ", ".join(streams[:10]) + (" …" if len(streams) > 10 else ""))
 
 
 def cmd_rebuild(args: argparse.Namespace) -> None:
+    from pipelines.registry import view_named
     from pipelines.run import rebuild
-    from views import ALL_VIEWS, view_named
 
     started = time.perf_counter()
-    view = view_named(args.view)
-    stats = rebuild(_spark(), Home.from_env(), ALL_VIEWS, view, progress=_progress)
+    views = _views()
+    view = view_named(views, args.view)
+    stats = rebuild(_spark(), Home.from_env(), views, view, progress=_progress)
     print(f"rebuilt {args.view}: {stats.entries} entries replayed in {stats.passes} passes, "
           f"{time.perf_counter() - started:.1f}s")
 
@@ -136,9 +152,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=100)
     e.set_defaults(func=cmd_errors)
     for action in ("retry", "skip"):
-        o = sub.add_parser(action, help=f"{action} a parked stream")
+        o = sub.add_parser(action, help=f"{action} a parked stream, or every parked stream of a view")
         o.add_argument("--view", required=True)
-        o.add_argument("--stream", required=True)
+        which = o.add_mutually_exclusive_group(required=True)
+        which.add_argument("--stream")
+        which.add_argument("--all", action="store_true", help="every parked stream of the view")
         o.set_defaults(func=cmd_operator)
     b = sub.add_parser("rebuild", help="truncate a view and replay the archive")
     b.add_argument("view")

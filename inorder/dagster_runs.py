@@ -97,15 +97,16 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
                          started: float) -> CliRun:
     from assets.partitions import BATCHES, NOW_TAG, TICK_TAG
     from inorder.definitions import defs
-    from views import ALL_VIEWS
+    from pipelines.registry import load_views
 
+    views = load_views()
     os.environ["INORDER_HOME"] = str(home.root)
     instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
     tags = {CLI_HOME_TAG: str(home.root), **({NOW_TAG: now.isoformat()} if now else {})}
     _fail_orphaned_runs(instance, home)
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, views) as store:
         new = [f.batch_id for f in new_landing_files(store, home)]
-        interrupted = bool(plan_passes(store, ALL_VIEWS))  # archived entries an earlier run did not project
+        interrupted = bool(plan_passes(store, views))  # archived entries an earlier run did not project
         if now is not None:
             check_logical_time(store, us_from_utc(now))
         # finishing an interrupted run is not a tick, nor is a time already recorded
@@ -132,6 +133,6 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure else "projection run failed")
-    report.projection = {view.name: _metadata(result, view.name) for view in ALL_VIEWS}
+    report.projection = {view.name: _metadata(result, view.name) for view in views}
     report.seconds = time.perf_counter() - started
     return report

@@ -7,8 +7,9 @@ journaled so that a handler that raises leaves the tables exactly as they were.
 from __future__ import annotations
 
 import traceback
+from datetime import date
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from pipelines import faults
 from pipelines.faults import crash_point
@@ -19,17 +20,48 @@ _NUMBERS = (int, float, Decimal)  # exact types: bool is not a number here
 _TRACEBACK_LIMIT = 8000
 
 
+def _key_function(table: Table) -> Callable[[tuple], Any]:
+    """`get(*key)` / `delete(*key)` arguments -> the dict key rows are held under (converted like the
+    columns, so `get("2026-01-02")` finds the row whose DATE key is date(2026, 1, 2))."""
+    converters = table.key_converters
+    if len(converters) == 1:
+        (convert,) = converters
+        exact = _EXACT_KEY_TYPES.get(table.columns[table.primary_key[0]])
+
+        def single(key: tuple) -> Any:
+            if len(key) != 1:
+                raise TypeError(f"{table.name}: the primary key is {list(table.primary_key)}, got {len(key)} values")
+            k = key[0]
+            return k if k.__class__ is exact else convert(k)
+
+        return single
+
+    def composite(key: tuple) -> Any:
+        if len(key) != len(converters):
+            raise TypeError(f"{table.name}: the primary key is {list(table.primary_key)}, got {len(key)} values")
+        return tuple(convert(k) for convert, k in zip(converters, key))
+
+    return composite
+
+
+_EXACT_KEY_TYPES = {"VARCHAR": str, "BOOLEAN": bool, "DATE": date}  # need no conversion
+
+
 class KeyedRows:
     """The rows of one stream in a keyed table, by primary key."""
 
-    __slots__ = ("table", "stream_id", "rows", "_journal", "_key_cols", "_single", "_columns")
+    __slots__ = ("table", "stream_id", "rows", "_journal", "_key_cols", "_single", "_normalise", "_lookup",
+                 "_stream_key", "_key_class")
 
     def __init__(self, table: Table, stream_id: str, rows: Iterable[dict], journal: list) -> None:
         self.table = table
         self.stream_id = stream_id
-        self._columns = table.column_set
         self._key_cols = table.primary_key
         self._single = len(table.primary_key) == 1
+        self._normalise = table.normalise_row
+        self._lookup = _key_function(table)
+        self._stream_key = table.stream_key
+        self._key_class = _EXACT_KEY_TYPES.get(table.columns[table.primary_key[0]]) if self._single else None
         self.rows: dict[Any, dict] = {self._key(r): r for r in rows}
         self._journal = journal
 
@@ -37,24 +69,24 @@ class KeyedRows:
         return row[self._key_cols[0]] if self._single else tuple(row[c] for c in self._key_cols)
 
     def get(self, *key: Any) -> dict | None:
-        row = self.rows.get(key[0] if self._single else key)
+        # the usual call, get(event.stream_id), needs no conversion
+        row = self.rows.get(key[0] if key and key[0].__class__ is self._key_class and len(key) == 1
+                            else self._lookup(key))
         return None if row is None else dict(row)
 
     def all(self) -> list[dict]:
         return [dict(r) for r in self.rows.values()]
 
     def put(self, row: dict) -> None:
-        if row.get(self.table.stream_key) != self.stream_id:
+        row = self._normalise(row)
+        if row[self._stream_key] != self.stream_id:
             raise ValueError(f"{self.table.name}: a handler may only write rows of its own stream")
-        if not row.keys() <= self._columns:
-            raise ValueError(f"{self.table.name}: unknown columns {sorted(row.keys() - self._columns)}")
-        self.table.check_row(row)
         key = self._key(row)
         self._journal.append((self.rows, key, self.rows.get(key, _MISSING)))
-        self.rows[key] = dict(row)
+        self.rows[key] = row
 
     def delete(self, *key: Any) -> None:
-        k = key[0] if self._single else key
+        k = self._lookup(key)
         if k in self.rows:
             self._journal.append((self.rows, k, self.rows[k]))
             del self.rows[k]
@@ -63,7 +95,7 @@ class KeyedRows:
 class AppendRows:
     """The rows a stream appends to an append-only table; only the newest row is readable."""
 
-    __slots__ = ("table", "stream_id", "newest", "appended", "_journal", "_key_cols", "_columns")
+    __slots__ = ("table", "stream_id", "newest", "appended", "_journal", "_key_cols", "_normalise", "_stream_key")
 
     def __init__(self, table: Table, stream_id: str, newest: dict | None, journal: list) -> None:
         self.table = table
@@ -72,29 +104,30 @@ class AppendRows:
         self.appended: list[dict] = []
         self._journal = journal
         self._key_cols = table.primary_key
-        self._columns = table.column_set
+        self._normalise = table.normalise_row
+        self._stream_key = table.stream_key
 
     def last(self) -> dict | None:
         return None if self.newest is None else dict(self.newest)
 
     def append(self, row: dict) -> None:
-        if row.get(self.table.stream_key) != self.stream_id:
-            raise ValueError(f"{self.table.name}: a handler may only write rows of its own stream")
-        if row.keys() != self._columns:
+        if row.keys() != self.table.column_set:
             raise ValueError(f"{self.table.name}: a row needs exactly the columns {list(self.table.columns)}")
-        self.table.check_row(row)
+        row = self._normalise(row)
+        if row[self._stream_key] != self.stream_id:
+            raise ValueError(f"{self.table.name}: a handler may only write rows of its own stream")
         if self.newest is not None and (tuple(row[c] for c in self._key_cols)
                                         <= tuple(self.newest[c] for c in self._key_cols)):
             raise ValueError(f"{self.table.name}: appended rows need increasing primary keys")
         self._journal.append((self, None, self.newest))
-        self.appended.append(dict(row))
-        self.newest = self.appended[-1]
+        self.appended.append(row)
+        self.newest = row
 
 
 class AggregateIncrements:
     """Commutative increments to a table shared by all streams, summed per key."""
 
-    __slots__ = ("table", "sums", "_journal", "_key_cols", "_key_set", "_value_cols")
+    __slots__ = ("table", "sums", "_journal", "_key_cols", "_key_set", "_converters", "_checks", "_lookup")
 
     def __init__(self, table: Table, sums: dict, journal: list) -> None:
         self.table = table
@@ -102,23 +135,31 @@ class AggregateIncrements:
         self._journal = journal
         self._key_cols = table.primary_key
         self._key_set = table.key_set
-        self._value_cols = table.value_column_set
+        self._converters = table.value_converters
+        self._checks = table.sum_checks
+        self._lookup = _key_function(table)
 
     def add(self, key: dict, **increments: Any) -> None:
         if key.keys() != self._key_set:
             raise ValueError(f"{self.table.name}: key must have exactly {list(self._key_cols)}")
-        if not increments.keys() <= self._value_cols:
-            raise ValueError(f"{self.table.name}: unknown columns {sorted(increments.keys() - self._value_cols)}")
+        converters = self._converters
+        if not increments.keys() <= converters.keys():
+            raise ValueError(f"{self.table.name}: unknown columns {sorted(increments.keys() - converters.keys())}")
         for column, amount in increments.items():
-            if type(amount) not in _NUMBERS:
+            if amount is None or type(amount) not in _NUMBERS:
                 raise TypeError(f"{self.table.name}.{column}: increment must be a number, got {amount!r}")
-        k = key[self._key_cols[0]] if len(self._key_cols) == 1 else tuple(key[c] for c in self._key_cols)
+        k = self._lookup(tuple(key[c] for c in self._key_cols))
         current = self.sums.get(k)
-        merged = dict(increments) if current is None else dict(current)
-        if current is not None:
-            for column, amount in increments.items():
-                merged[column] = merged.get(column, 0) + amount
-        self.table.check_row(merged)  # a sum too large for its column fails this handler, not the commit
+        merged = {} if current is None else dict(current)
+        checks = self._checks
+        for column, amount in increments.items():
+            # each sum is held in its column's type, and a sum too large for it fails this handler, not the commit
+            value = converters[column](amount)
+            total = merged.get(column)
+            if total is not None:
+                value += total
+                checks[column](value)
+            merged[column] = value
         self._journal.append((self.sums, k, _MISSING if current is None else current))
         self.sums[k] = merged
 

@@ -93,7 +93,8 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, result: PassRes
                 INSERT INTO inorder.watermarks
                 SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
                        (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
-                       (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq
+                       (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq,
+                       (data->>'attempts')::BIGINT
                 FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
             crash_point("commit.watermarks")
             con.execute("""
@@ -108,10 +109,11 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, result: PassRes
             con.execute("""
                 INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
                                             batch_id, line, reason, exception_type, message, traceback, logged_at,
-                                            entry_idx)
+                                            entry_idx, error_class, attempt)
                 SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
                        data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
-                       make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
+                       make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx,
+                       data->>'error_class', (data->>'attempt')::BIGINT
                 FROM pass_out WHERE kind = 'error'
                 ORDER BY entry_idx, view, stream_id, seq, line""")
             crash_point("commit.errors")

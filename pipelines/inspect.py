@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -433,6 +433,17 @@ def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMappi
         if not data:
             raise RejectedFile("the file is empty (0 bytes): nothing to ingest")
         records = _jsonl_records(data, mapping) if fmt == "jsonl" else _csv_records(data, mapping)
+    return inspect_records(records, batch_id, entry_idx, mapping)
+
+
+def inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
+    """A JSON Lines batch held in memory, inspected exactly as the same bytes in a landing file."""
+    return inspect_records(_jsonl_records(data, mapping), batch_id, entry_idx, mapping)
+
+
+def inspect_records(records: Iterable[tuple[int, bytes | str, Any]], batch_id: str, entry_idx: int,
+                    mapping: SourceMapping) -> InspectedBatch:
+    """(line, raw text, parsed record or Malformed) of one batch -> its messages and malformed lines."""
     columns: list[list] = [[] for _ in range(8)]
     malformed: list[tuple[int, str, str]] = []
     for number, raw, record in records:

@@ -14,10 +14,8 @@ from typing import Any
 from pipelines import faults
 from pipelines.apply import StreamApplier, describe_exception
 from pipelines.faults import crash_point
-from pipelines.view import Event, View
-
-# A message as the walker holds it (a tuple: cheap to build from Arrow columns).
-SEQ, ENTRY, LINE, BATCH, TYPE, PAYLOAD, OCCURRED, EVENT_ID, STREAM_TYPE = range(9)
+from pipelines.message import Event, Message
+from pipelines.view import Reject, View
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,7 @@ class StreamState:
     blocked_at: int | None = None
     blocked_since_us: int | None = None
     parked: bool = False
+    attempts: int = 0  # failed attempts so far of the message at last_seq + 1 (a parked stream's)
     skipped: list[tuple[int, int]] = field(default_factory=list)  # logged gap ranges, sorted
     keyed_rows: dict[str, list[dict]] = field(default_factory=dict)
     newest_rows: dict[str, dict | None] = field(default_factory=dict)
@@ -50,15 +49,15 @@ class PassOutput:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, int, str], int] = {}
-        # (kind, view, stream, entry, name, data, message tuple or None)
-        self.records: list[tuple[str, str, str, int, str, Any, tuple | None]] = []
+        # (kind, view, stream, entry, name, data, message or None)
+        self.records: list[tuple[str, str, str, int, str, Any, Message | None]] = []
 
     def count(self, view: str, entry_idx: int, outcome: str, n: int = 1) -> None:
         key = (view, entry_idx, outcome)
         self.counts[key] = self.counts.get(key, 0) + n
 
     def emit(self, kind: str, view: str, stream_id: str, entry_idx: int, name: str, data: Any,
-             msg: tuple | None = None) -> None:
+             msg: Message | None = None) -> None:
         self.records.append((kind, view, stream_id, entry_idx, name, data, msg))
 
 
@@ -67,8 +66,8 @@ def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:
     return i >= 0 and ranges[i][0] <= seq <= ranges[i][1]
 
 
-def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: list[tuple],
-                new_msgs: list[tuple], entries: list[PassEntry], out: PassOutput,
+def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: list[Message],
+                new_msgs: list[Message], entries: list[PassEntry], out: PassOutput,
                 aggregate_sums: dict[str, dict]) -> None:
     """Process one (view, stream) through every entry of the pass and emit its results.
 
@@ -76,18 +75,18 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
     for the stream, sorted by (entry_idx, line).
     """
     name = view.name
-    pending: dict[int, tuple] = {m[SEQ]: m for m in pending_msgs}
-    by_entry: dict[int, list[tuple]] = {}
-    if new_msgs and new_msgs[0][ENTRY] == new_msgs[-1][ENTRY]:  # sorted by entry: all from one entry
-        by_entry[new_msgs[0][ENTRY]] = new_msgs
+    pending: dict[int, Message] = {m.seq: m for m in pending_msgs}
+    by_entry: dict[int, list[Message]] = {}
+    if new_msgs and new_msgs[0].entry_idx == new_msgs[-1].entry_idx:  # sorted by entry: all from one entry
+        by_entry[new_msgs[0].entry_idx] = new_msgs
     else:
         for m in new_msgs:
-            by_entry.setdefault(m[ENTRY], []).append(m)
+            by_entry.setdefault(m.entry_idx, []).append(m)
     if state.stream_type is None:
         first = pending_msgs or new_msgs
         if not first:  # an operator entry for a stream this view never saw: nothing to do
             return
-        state.stream_type = first[0][STREAM_TYPE]
+        state.stream_type = first[0].stream_type
     applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
     apply = applier.apply
     gap_timeout_us = view.gap_timeout_us
@@ -99,15 +98,20 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         while True:
             msg = pending.get(nxt)
             if msg is not None:
-                outcome, exc = apply(Event(stream_id, msg[STREAM_TYPE], msg[SEQ], msg[TYPE], msg[PAYLOAD],
-                                           msg[OCCURRED], msg[EVENT_ID], msg[BATCH]))
+                outcome, exc = apply(Event(stream_id, msg))
                 if exc is not None:
+                    rejected = isinstance(exc, Reject)
+                    policy = view.on_error if rejected else view.on_bug
+                    attempt = (state.attempts if nxt == state.last_seq + 1 else 0) + 1
                     exc_type, message, trace = describe_exception(exc)
-                    out.emit("error", name, stream_id, entry.entry_idx, "handler_error",
-                             {"reason": f"{exc_type}: {message}", "exception_type": exc_type, "message": message,
-                              "traceback": trace, "logged_at_us": entry.t_us}, msg)
-                    if view.on_error == "park":  # the message stays buffered; an operator decides
-                        state.parked = True
+                    error = {"reason": f"{exc_type}: {message}", "exception_type": exc_type, "message": message,
+                             "traceback": trace, "logged_at_us": entry.t_us,
+                             "error_class": "reject" if rejected else "bug", "attempt": attempt}
+                    out.emit("error", name, stream_id, entry.entry_idx, "handler_error", error, msg)
+                    if policy != "skip":  # the message stays buffered: an operator decides (or the run fails)
+                        if policy == "fail":
+                            out.emit("fatal", name, stream_id, entry.entry_idx, "handler_bug", error, msg)
+                        state.parked, state.attempts = True, attempt
                         break
                 done[outcome] += 1
                 del pending[nxt]
@@ -136,6 +140,8 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         state.last_seq = nxt - 1
         if state.parked:
             state.blocked_at = state.blocked_since_us = None
+        else:
+            state.attempts = 0
         for outcome, n in done.items():
             if n:
                 out.count(name, entry.entry_idx, outcome, n)
@@ -151,7 +157,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         if arrived:
             out.count(name, entry.entry_idx, "selected", len(arrived))
         for msg in arrived or ():
-            seq = msg[SEQ]
+            seq = msg.seq
             if seq <= state.last_seq:
                 if _in_skipped(state.skipped, seq):
                     out.count(name, entry.entry_idx, "late")
@@ -166,29 +172,29 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
                 pending[seq] = msg
                 if faults.ARMED:
                     crash_point("order.candidate")
-            elif first[TYPE:STREAM_TYPE] == msg[TYPE:STREAM_TYPE]:
+            elif first.content == msg.content:
                 out.count(name, entry.entry_idx, "duplicate")
             else:
                 out.count(name, entry.entry_idx, "conflict")
                 out.emit("error", name, stream_id, entry.entry_idx, "conflict",
                          {"reason": f"seq {seq} differs from the first received "
-                                    f"(batch {first[BATCH]}, line {first[LINE]})",
+                                    f"(batch {first.batch_id}, line {first.line})",
                           "logged_at_us": entry.t_us}, msg)
         if operator and state.parked:
             state.parked = False
             if entry.kind == "skip":
                 dropped = pending.pop(state.last_seq + 1)
                 out.count(name, entry.entry_idx, "handler_error")
-                state.last_seq = dropped[SEQ]
+                state.last_seq, state.attempts = dropped.seq, 0
         if not state.parked:
             walk(entry)  # skipped ranges are appended in increasing seq order: `skipped` stays sorted
 
     out.emit("watermark", name, stream_id, last_entry, "",
              {"stream_type": state.stream_type, "last_seq": state.last_seq, "blocked_at": state.blocked_at,
               "blocked_since_us": state.blocked_since_us, "parked": state.parked,
-              "pending_count": len(pending)})
+              "pending_count": len(pending), "attempts": state.attempts})
     for msg in sorted(pending.values()):
-        out.emit("pending", name, stream_id, msg[ENTRY], "", None, msg)
+        out.emit("pending", name, stream_id, msg.entry_idx, "", None, msg)
     crash_point("order.stream_walked")
     for table in view.tables:
         member = applier.tables[table.name]

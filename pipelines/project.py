@@ -12,8 +12,9 @@ import functools
 import json
 import shutil
 import time
+import typing
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -25,11 +26,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.ingest import archive_path
 from pipelines.inspect import MESSAGE_SCHEMA
+from pipelines.message import Message
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, is_local, ship_code, shuffle_partitions
 from pipelines.store import Home, Store, us_from_utc
-from pipelines.view import View
+from pipelines.view import Table, View
 
 STATE, PENDING, NEW = 0, 1, 2
 INPUT_SCHEMA = pa.schema([
@@ -38,12 +40,10 @@ INPUT_SCHEMA = pa.schema([
     ("payload", pa.string()), ("occurred_at", pa.string()), ("event_id", pa.string()),
     ("stream_type", pa.string()), ("state", pa.string()), ("views", pa.string()),
 ])  # state and pending rows belong to `view`; a new message goes to each of `views` (pipelines/select.py)
-# Pending messages and error rows carry their message in typed columns (no JSON round trip).
-_MESSAGE_COLUMNS = [
-    ("seq", pa.int64()), ("msg_entry_idx", pa.int64()), ("line", pa.int64()), ("batch_id", pa.string()),
-    ("event_type", pa.string()), ("payload", pa.string()), ("occurred_at", pa.string()),
-    ("event_id", pa.string()), ("stream_type", pa.string()),
-]  # the order of a walker message tuple (pipelines/order.py)
+# Pending messages and error rows carry their message in typed columns (no JSON round trip), named
+# after the fields of `Message` (its entry_idx as msg_entry_idx: the row's own entry_idx is the output's).
+_MESSAGE_COLUMNS = [("msg_entry_idx" if name == "entry_idx" else name, pa.int64() if hint is int else pa.string())
+                    for name, hint in typing.get_type_hints(Message).items()]
 OUTPUT_SCHEMA = pa.schema([
     ("kind", pa.string()), ("view", pa.string()), ("stream_id", pa.string()), ("entry_idx", pa.int64()),
     ("name", pa.string()), ("n", pa.int64()), ("data", pa.string()), *_MESSAGE_COLUMNS,
@@ -56,7 +56,7 @@ _FLUSH_EVERY = 20_000
 def json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value)
-    if isinstance(value, date):
+    if isinstance(value, date):  # datetimes too: TIMESTAMPTZ values are aware, in UTC
         return value.isoformat()
     raise TypeError(f"cannot store {type(value).__name__} in a view table")
 
@@ -147,12 +147,12 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
               JOIN pass_todo t USING (entry_idx) JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
 
     states: dict[tuple[str, str], dict] = {}
-    for view_name, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked in con.execute(
-            """SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked
-               FROM inorder.watermarks w JOIN pass_streams USING (view, stream_id)""").fetchall():
+    for view_name, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked, attempts in con.execute(
+            """SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked,
+                      w.attempts FROM inorder.watermarks w JOIN pass_streams USING (view, stream_id)""").fetchall():
         states[(view_name, stream_id)] = {
             "stream_type": stream_type, "last_seq": last_seq, "blocked_at": blocked_at,
-            "blocked_since_us": us_from_utc(blocked_since), "parked": parked, "skipped": [],
+            "blocked_since_us": us_from_utc(blocked_since), "parked": parked, "attempts": attempts, "skipped": [],
             "keyed_rows": {}, "newest_rows": {}}
     for view_name, stream_id, first, last in con.execute(
             """SELECT g.view, g.stream_id, g.first_missing, g.last_missing FROM inorder.gaps g
@@ -200,18 +200,29 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     return pa.table(columns, schema=INPUT_SCHEMA), files
 
 
+_RESTORE = {"DATE": date.fromisoformat, "TIMESTAMPTZ": datetime.fromisoformat}
+
+
+def _restorers(table: Table) -> list[tuple[str, Any]]:
+    """(column, function) for the columns whose values JSON carries as text, so rows loaded from the
+    store reach handlers with the same Python types as values written in this run."""
+    return [(c, Decimal if t.startswith("DECIMAL") else _RESTORE[t]) for c, t in table.columns.items()
+            if t.startswith("DECIMAL") or t in _RESTORE]
+
+
 def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
     data = json.loads(text)
     state = StreamState(stream_type=data.get("stream_type"), last_seq=data.get("last_seq", first_seq - 1),
                         blocked_at=data.get("blocked_at"), blocked_since_us=data.get("blocked_since_us"),
-                        parked=bool(data.get("parked")), skipped=[tuple(r) for r in data["skipped"]])
+                        parked=bool(data.get("parked")), attempts=data.get("attempts") or 0,
+                        skipped=[tuple(r) for r in data["skipped"]])
     for table in view.tables:
-        decimals = table.decimal_columns
+        restorers = _restorers(table)
 
         def typed(row: dict) -> dict:
-            for c in decimals:
-                if row.get(c) is not None:
-                    row[c] = Decimal(row[c])
+            for column, restore in restorers:
+                if row.get(column) is not None:
+                    row[column] = restore(row[column])
             return row
 
         if table.name in data["keyed_rows"]:
@@ -256,15 +267,15 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
     aggregates: dict[str, dict[str, dict]] = {}
     stream_id: str | None = None
     states: dict[str, str] = {}
-    pending: dict[str, list[tuple]] = {}
-    new: list[tuple] = []
+    pending: dict[str, list[Message]] = {}
+    new: list[Message] = []
     new_views: list[str] = []
     walk_seconds = walk_cpu_seconds = 0.0
 
     def flush_stream() -> None:
         nonlocal walk_seconds, walk_cpu_seconds
         started, started_cpu = time.perf_counter(), time.thread_time()
-        by_view: dict[str, list[tuple]] = {}
+        by_view: dict[str, list[Message]] = {}
         if new:
             if new_views.count(new_views[0]) == len(new_views):
                 by_view = dict.fromkeys(new_views[0].split(","), new)  # the usual case: one route
@@ -288,8 +299,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
         cols = batch.to_pydict()
         stream_col, rec_col, view_col, state_col, views_col = (
             cols["stream_id"], cols["rec_type"], cols["view"], cols["state"], cols["views"])
-        message_rows = list(zip(cols["seq"], cols["entry_idx"], cols["line"], cols["batch_id"], cols["event_type"],
-                                cols["payload"], cols["occurred_at"], cols["event_id"], cols["stream_type"]))
+        message_rows = list(map(Message._make, zip(*(cols[name] for name in Message._fields))))
         ids = batch.column("stream_id")
         changes = pc.indices_nonzero(pc.not_equal(ids.slice(1), ids.slice(0, n - 1))).to_pylist()
         starts = [0, *(i + 1 for i in changes), n]  # where each stream's rows begin in this batch
@@ -353,6 +363,15 @@ class PassResult:
         if self.folder is None:
             return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
         return pq.read_table(self.folder, columns=columns, filters=[("kind", "in", kinds)])
+
+    def fatal(self) -> list[dict]:
+        """Handler bugs of views with on_bug="fail": the pass must not be committed."""
+        columns = ["view", "stream_id", "seq", "data"]
+        if self.folder is None:
+            table = self.table.filter(pc.equal(self.table["kind"], "fatal")).select(columns)
+        else:
+            table = pq.read_table(self.folder, columns=columns, filters=[("kind", "=", "fatal")])
+        return [{**row, "data": json.loads(row["data"])} for row in table.to_pylist()]
 
 
 def pass_folder(home: Home) -> Path:

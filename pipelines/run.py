@@ -17,7 +17,7 @@ from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch, ingest_landing, new_landing_files,
                               record_entry, tick_due)
 from pipelines.inspect import SourceMapping
-from pipelines.project import pass_folder, plan_passes, run_pass
+from pipelines.project import PassResult, pass_folder, plan_passes, run_pass
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -92,6 +92,7 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
         started = time.perf_counter()
         out = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
         spark_done = time.perf_counter()
+        refuse_failed_pass(out)
         crash_point("project.ordered")
         commit_pass(store, list(selected), plan, out, subscribed)
         crash_point("project.committed")
@@ -103,6 +104,20 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
         progress(f"pass {i}/{len(plans)}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
                  f"in {time.perf_counter() - started:.1f}s")
     return stats
+
+
+class HandlerBugFailure(RuntimeError):
+    """A handler of a view with on_bug="fail" raised: the pass is not committed."""
+
+
+def refuse_failed_pass(out: PassResult) -> None:
+    failures = out.fatal()
+    if failures:
+        first = failures[0]
+        raise HandlerBugFailure(
+            f"view {first['view']} (on_bug='fail'): handler bug on stream {first['stream_id']!r} seq {first['seq']}: "
+            f"{first['data']['reason']}; nothing was committed"
+            + (f" ({len(failures) - 1} more streams failed)" if len(failures) > 1 else ""))
 
 
 def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | None = None,
@@ -187,15 +202,24 @@ class NotParked(ValueError):
     """retry/skip was asked for a stream that is not parked."""
 
 
-def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view: View, stream_id: str,
-                    action: str, progress: Progress = _quiet) -> None:
-    """Record a retry or skip of a parked stream as an entry (so rebuild replays it), then project."""
+def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view: View, streams: Sequence[str] | None,
+                    action: str, progress: Progress = _quiet) -> list[str]:
+    """Record a retry or skip of parked streams of `view` as entries (so rebuild replays them), then
+    project that view alone. `streams` None means every parked stream of the view (after a fix is
+    deployed). Returns the streams acted on."""
     mapping = source_mapping(home)
     with Store.open(home, views) as store:
-        row = store.con.execute("SELECT parked FROM inorder.watermarks WHERE view = ? AND stream_id = ?",
-                                [view.name, stream_id]).fetchone()
-        if row is None or not row[0]:
-            raise NotParked(f"stream {stream_id!r} of view {view.name} is not parked")
+        parked = [r[0] for r in store.con.execute(
+            "SELECT stream_id FROM inorder.watermarks WHERE view = ? AND parked ORDER BY stream_id",
+            [view.name]).fetchall()]
+        if streams is None:
+            streams = parked
+        for stream_id in streams:
+            if stream_id not in parked:
+                raise NotParked(f"stream {stream_id!r} of view {view.name} is not parked")
         t_us = store.last_logical_time_us()
-        record_entry(store, action, t_us, view.name, stream_id)
-        project(spark, store, home, views, views, mapping, progress)
+        for stream_id in streams:
+            record_entry(store, action, t_us, view.name, stream_id)
+        if streams:
+            project(spark, store, home, views, [view], mapping, progress)
+    return list(streams)

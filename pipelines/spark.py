@@ -32,8 +32,9 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
 }
-# the packages whose code runs on executors (the handlers and the walk); nothing here imports Dagster
-EXECUTOR_PACKAGES = ("pipelines", "views")
+# the engine's package runs on executors (the walk), beside the view modules (their handlers; see
+# pipelines/registry.py); nothing there imports Dagster
+ENGINE_PACKAGE = "pipelines"
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
@@ -109,14 +110,21 @@ def archive_shared(spark: SparkSession) -> bool:
     return is_local(spark) if shared is None else shared
 
 
+def executor_sources() -> list[Path]:
+    """The engine's package folder and the view modules' top-level packages (or single files)."""
+    from pipelines.registry import module_sources
+
+    engine = Path(importlib.import_module(ENGINE_PACKAGE).__file__).resolve().parent
+    return list(dict.fromkeys([engine, *module_sources()]))
+
+
 def code_zip() -> Path:
-    """The executor packages' Python files in one zip, named by its content (written once)."""
+    """The executors' Python files (`executor_sources`) in one zip, named by its content (written once)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in EXECUTOR_PACKAGES:
-            folder = Path(importlib.import_module(package).__file__).resolve().parent
-            for path in sorted(folder.rglob("*.py")):
-                info = zipfile.ZipInfo(path.relative_to(folder.parent).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+        for source in executor_sources():
+            for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
+                info = zipfile.ZipInfo(path.relative_to(source.parent).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
                 archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
     target = Path(tempfile.gettempdir()) / f"inorder-code-{hashlib.sha256(data).hexdigest()[:16]}.zip"
@@ -128,7 +136,7 @@ def code_zip() -> Path:
 
 
 def ship_code(spark: SparkSession) -> Path | None:
-    """Send this process's copy of `pipelines/` and `views/` to the executors, once per session.
+    """Send this process's copy of `pipelines/` and of the view modules to the executors, once per session.
 
     Executors then run the same handlers as the driver whether or not inorder is installed there.
     Skipped for local sessions (executors share this process), and when INORDER_SHIP_CODE=0

@@ -57,7 +57,19 @@ CREATE TABLE IF NOT EXISTS inorder.batches (
     committed_at TIMESTAMPTZ,
     pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name DESIGN §3 uses
     PRIMARY KEY (batch_id, view));
+-- added later (stores made before them get them on open): a parked message's failed attempts so far;
+-- each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
+ALTER TABLE inorder.watermarks ADD COLUMN IF NOT EXISTS attempts BIGINT DEFAULT 0;
+ALTER TABLE inorder.errors ADD COLUMN IF NOT EXISTS error_class VARCHAR;
+ALTER TABLE inorder.errors ADD COLUMN IF NOT EXISTS attempt BIGINT;
 """
+
+# Names a view's table may not take: the engine's own tables, the temporary tables a pass creates on
+# the same connection (they would shadow a view table of that name), and the PostgreSQL publication's.
+ENGINE_TABLE_NAMES = frozenset({"ingest_log", "watermarks", "pending", "errors", "gaps", "batches"})
+TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_limits", "pass_streams",
+                              "pass_prev", "pass_out"})
+RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
 
 OUTCOME_COLUMNS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
 

@@ -5,15 +5,28 @@ A view author writes a `View` in `views/`; the engine reads nothing else about i
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from functools import cached_property
-from decimal import Decimal
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Protocol
+
+from pipelines.message import Event  # noqa: F401 - a handler imports it from here, beside Reject
 
 TableKind = Literal["keyed", "append", "aggregate"]
 OnError = Literal["skip", "park"]
+OnBug = Literal["park", "skip", "fail"]
+
+
+class Reject(Exception):
+    """Raised by a handler to refuse a message for a business reason ("insufficient funds").
+
+    The message becomes a `handler_error` row of class `reject` and the view's `on_error` policy
+    applies. Any other exception escaping a handler is a bug in the view (class `bug`, policy `on_bug`)."""
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SQL_TYPE = re.compile(r"^(VARCHAR|BIGINT|INTEGER|DOUBLE|BOOLEAN|DATE|TIMESTAMPTZ|DECIMAL\(\d{1,2},\d{1,2}\))$")
@@ -24,6 +37,135 @@ def check_identifier(name: str, what: str) -> str:
     if not isinstance(name, str) or not _IDENTIFIER.match(name):
         raise ValueError(f"{what} {name!r} is not a valid name (lower-case letters, digits, _)")
     return name
+
+
+_INT_RANGE = {"BIGINT": (-(1 << 63), (1 << 63) - 1), "INTEGER": (-(1 << 31), (1 << 31) - 1)}
+# the Python type a handler gets back for each column type (DECIMAL → Decimal, TIMESTAMPTZ → aware UTC datetime)
+_EXACT_TYPES = {"VARCHAR": str, "DOUBLE": float, "BOOLEAN": bool, "DATE": date}
+
+
+def _unknown_columns(table: "Table", row: Mapping[str, Any]) -> None:
+    raise ValueError(f"{table.name}: unknown columns {sorted(row.keys() - table.column_set)}")
+
+
+def _wrong_type(where: str, sql_type: str, value: Any) -> TypeError:
+    return TypeError(f"{where} is {sql_type}: a handler cannot store {type(value).__name__} {value!r:.80}")
+
+
+def column_converter(sql_type: str, nullable: bool, where: str) -> Callable[[Any], Any]:
+    """The conversion of a handler's value to what the column holds, so a value reads back with the same
+    Python type and value in this run and in every later one, however the messages were split into runs:
+
+    - VARCHAR: str; BOOLEAN: bool; BIGINT/INTEGER: int (an integral Decimal or float is converted);
+    - DOUBLE: float (int and Decimal converted); DECIMAL(p,s): Decimal rounded half-up to s places
+      (int and float converted), as DuckDB rounds;
+    - DATE: date (an ISO string is parsed); TIMESTAMPTZ: aware datetime in UTC (naive is taken as UTC;
+      an ISO string is parsed).
+
+    A value of another type is a bug (TypeError); one the column cannot hold (out of range, not
+    finite, an unparsable date) is data: `Reject`. NULL is allowed outside the primary key."""
+
+    def null() -> None:
+        if not nullable:
+            raise ValueError(f"{where} is part of the primary key: it cannot be None")
+
+    if sql_type == "VARCHAR":
+        def convert(v: Any) -> Any:
+            if isinstance(v, str):
+                return str(v)
+            return null() if v is None else _raise(_wrong_type(where, sql_type, v))
+    elif sql_type == "BOOLEAN":
+        def convert(v: Any) -> Any:
+            return null() if v is None else _raise(_wrong_type(where, sql_type, v))  # bool took the fast path
+    elif sql_type in _INT_RANGE:
+        low, high = _INT_RANGE[sql_type]
+
+        def convert(v: Any) -> Any:
+            if v is None:
+                return null()
+            if isinstance(v, int) and not isinstance(v, bool):
+                out = int(v)
+            elif isinstance(v, (Decimal, float)) and math.isfinite(v) and v == int(v):
+                out = int(v)
+            else:
+                raise _wrong_type(where, sql_type, v)
+            if not low <= out <= high:
+                raise Reject(f"{where}: {out} is out of range for {sql_type}")
+            return out
+    elif sql_type == "DOUBLE":
+        def convert(v: Any) -> Any:
+            if v is None:
+                return null()
+            if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+                raise _wrong_type(where, sql_type, v)
+            out = float(v) if not isinstance(v, int) or abs(v) < 1 << 1023 else math.inf
+            if not math.isfinite(out):
+                raise Reject(f"{where}: {v} does not fit DOUBLE")
+            return out
+    elif sql_type.startswith("DECIMAL"):
+        precision, scale = map(int, sql_type[8:-1].split(","))
+        quantum, digits = Decimal(1).scaleb(-scale), precision - scale
+
+        def convert(v: Any) -> Any:
+            if v.__class__ is Decimal:
+                d = v
+            elif v is None:
+                return null()
+            elif isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+                raise _wrong_type(where, sql_type, v)
+            else:
+                d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+            try:
+                q = d.quantize(quantum, ROUND_HALF_UP)
+            except InvalidOperation:  # not finite, or more digits than any DECIMAL holds
+                raise Reject(f"{where}: {v} does not fit {sql_type}") from None
+            if q and q.adjusted() >= digits:
+                raise Reject(f"{where}: {v} is out of range for {sql_type}")
+            return q
+    elif sql_type == "DATE":
+        def convert(v: Any) -> Any:
+            if isinstance(v, str):
+                try:
+                    return date.fromisoformat(v)
+                except ValueError:
+                    raise Reject(f"{where}: {v[:64]!r} is not an ISO 8601 date") from None
+            if isinstance(v, date) and not isinstance(v, datetime):
+                return date(v.year, v.month, v.day)
+            return null() if v is None else _raise(_wrong_type(where, sql_type, v))
+    elif sql_type == "TIMESTAMPTZ":
+        def convert(v: Any) -> Any:
+            if isinstance(v, str):
+                try:
+                    v = datetime.fromisoformat(v)
+                except ValueError:
+                    raise Reject(f"{where}: {v[:64]!r} is not an ISO 8601 time") from None
+            if isinstance(v, datetime):
+                if v.tzinfo is None:
+                    return v.replace(tzinfo=timezone.utc)
+                return v if v.tzinfo is timezone.utc else v.astimezone(timezone.utc)
+            return null() if v is None else _raise(_wrong_type(where, sql_type, v))
+    else:
+        raise ValueError(f"{where}: unsupported type {sql_type!r}")
+    return convert
+
+
+def _raise(exc: BaseException) -> Any:
+    raise exc
+
+
+def _check_decimal_sum(digits: int, where: str, sql_type: str, total: Decimal) -> None:
+    if total and total.adjusted() >= digits:
+        raise Reject(f"{where}: the sum {total} is out of range for {sql_type}")
+
+
+def _check_int_sum(low: int, high: int, where: str, sql_type: str, total: int) -> None:
+    if not low <= total <= high:
+        raise Reject(f"{where}: the sum {total} is out of range for {sql_type}")
+
+
+def _check_float_sum(where: str, total: float) -> None:
+    if not math.isfinite(total):
+        raise Reject(f"{where}: the sum {total} does not fit DOUBLE")
 
 
 @dataclass(frozen=True)
@@ -50,6 +192,11 @@ class Table:
             check_identifier(column, "column")
             if not _SQL_TYPE.match(sql_type):
                 raise ValueError(f"column {self.name}.{column}: unsupported type {sql_type!r}")
+            if sql_type.startswith("DECIMAL"):
+                precision, scale = map(int, sql_type[8:-1].split(","))
+                if not 1 <= precision <= 38 or scale > precision:
+                    raise ValueError(f"column {self.name}.{column}: {sql_type} needs 1 <= precision <= 38 "
+                                     "and scale <= precision")
         missing = [c for c in self.primary_key if c not in self.columns]
         if not self.primary_key or missing:
             raise ValueError(f"table {self.name}: primary key {self.primary_key} not among its columns")
@@ -59,6 +206,11 @@ class Table:
         elif self.kind == "aggregate":
             if self.stream_key is not None:
                 raise ValueError(f"table {self.name}: an aggregate table has no stream_key")
+            for column in self.value_columns:  # handlers only add increments to them
+                if self.columns[column] not in ("BIGINT", "INTEGER", "DOUBLE") and \
+                        not self.columns[column].startswith("DECIMAL"):
+                    raise ValueError(f"table {self.name}: aggregate value column {column} must be a number "
+                                     f"(BIGINT, INTEGER, DOUBLE or DECIMAL), not {self.columns[column]}")
         else:
             raise ValueError(f"table {self.name}: unknown kind {self.kind!r}")
 
@@ -74,28 +226,72 @@ class Table:
     def value_column_set(self) -> frozenset[str]:
         return frozenset(self.value_columns)
 
-    @property
-    def decimal_columns(self) -> tuple[str, ...]:
-        return tuple(c for c, t in self.columns.items() if t.startswith("DECIMAL"))
+    @cached_property
+    def normalise_row(self) -> Callable[[Mapping[str, Any]], dict]:
+        """row -> a new dict with every column, in declared order, each value of its column's Python
+        type (see `column_value`). Missing columns are None. Raises `Reject` for a value that does not
+        fit its column, TypeError for a value of another type and ValueError for unknown columns or
+        a NULL key: those two are bugs in the view.
+
+        Generated per table, because it runs on every write: a value already of its exact type (and
+        for integers, in range) costs one type test."""
+        names = {"_columns": self.column_set, "_unknown": _unknown_columns, "_table": self, "_Decimal": Decimal,
+                 "_HALF_UP": ROUND_HALF_UP}
+        body = ["def normalise_row(row):",
+                "    if not row.keys() <= _columns: _unknown(_table, row)",
+                "    out = {}"]
+        for i, (column, sql_type) in enumerate(self.columns.items()):
+            convert = f"_c{i}"
+            names[convert] = column_converter(sql_type, nullable=column not in self.key_set,
+                                              where=f"{self.name}.{column}")
+            body.append(f"    v = row.get({column!r})")
+            if sql_type in ("BIGINT", "INTEGER"):
+                low, high = _INT_RANGE[sql_type]
+                body.append(f"    out[{column!r}] = v if v.__class__ is int and {low} <= v <= {high} else {convert}(v)")
+            elif sql_type in _EXACT_TYPES:
+                names[f"_t{i}"] = _EXACT_TYPES[sql_type]
+                finite = " and v - v == 0.0" if sql_type == "DOUBLE" else ""
+                body.append(f"    out[{column!r}] = v if v.__class__ is _t{i}{finite} else {convert}(v)")
+            elif sql_type.startswith("DECIMAL"):  # no cheap test of a Decimal's scale: always rounded to it
+                precision, scale = map(int, sql_type[8:-1].split(","))
+                names[f"_q{i}"] = Decimal(1).scaleb(-scale)
+                body += [f"    if v.__class__ is _Decimal:",
+                         f"        v = v.quantize(_q{i}, _HALF_UP)",
+                         f"        out[{column!r}] = {convert}(v) if v and v.adjusted() >= {precision - scale} else v",
+                         f"    else:",
+                         f"        out[{column!r}] = {convert}(v)"]
+            else:
+                body.append(f"    out[{column!r}] = {convert}(v)")
+        body.append("    return out")
+        exec("\n".join(body), names)  # noqa: S102 - code built from validated identifiers only
+        return names["normalise_row"]
 
     @cached_property
-    def numeric_limits(self) -> tuple[tuple[str, int | Decimal], ...]:
-        """(column, exclusive bound of its absolute value) for DECIMAL and integer columns."""
-        limits: list[tuple[str, int | Decimal]] = []
-        for column, sql_type in self.columns.items():
+    def key_converters(self) -> tuple[Callable[[Any], Any], ...]:
+        """One converter per primary key column (for `get`/`delete` arguments and aggregate keys)."""
+        return tuple(column_converter(self.columns[c], nullable=False, where=f"{self.name}.{c}")
+                     for c in self.primary_key)
+
+    @cached_property
+    def value_converters(self) -> dict[str, Callable[[Any], Any]]:
+        return {c: column_converter(self.columns[c], nullable=True, where=f"{self.name}.{c}")
+                for c in self.value_columns}
+
+    @cached_property
+    def sum_checks(self) -> dict[str, Callable[[Any], None]]:
+        """Per numeric value column: raise `Reject` when a sum of converted values no longer fits (a sum
+        of values rounded to a DECIMAL's scale keeps that scale, so only its size needs checking)."""
+        checks: dict[str, Callable[[Any], None]] = {}
+        for column in self.value_columns:
+            sql_type, where = self.columns[column], f"{self.name}.{column}"
             if sql_type.startswith("DECIMAL"):
                 precision, scale = map(int, sql_type[8:-1].split(","))
-                limits.append((column, Decimal(10) ** (precision - scale)))
-            elif sql_type in ("BIGINT", "INTEGER"):
-                limits.append((column, 1 << (63 if sql_type == "BIGINT" else 31)))
-        return tuple(limits)
-
-    def check_row(self, row: Mapping[str, Any]) -> None:
-        """Refuse values the column type cannot hold, so a bad row fails its handler, not the commit."""
-        for column, bound in self.numeric_limits:
-            value = row.get(column)
-            if value is not None and not -bound < value < bound:
-                raise ValueError(f"{self.name}.{column}: {value} is out of range for {self.columns[column]}")
+                checks[column] = functools.partial(_check_decimal_sum, precision - scale, where, sql_type)
+            elif sql_type in _INT_RANGE:
+                checks[column] = functools.partial(_check_int_sum, *_INT_RANGE[sql_type], where, sql_type)
+            elif sql_type == "DOUBLE":
+                checks[column] = functools.partial(_check_float_sum, where)
+        return checks
 
     @property
     def value_columns(self) -> tuple[str, ...]:
@@ -138,22 +334,57 @@ def in_set(table: str, column: str, values: tuple[Any, ...]) -> Expectation:
 Handler = Callable[["Event", Any], None]
 
 
+class KeyedTable(Protocol):
+    """`tables.<name>` for a keyed table: the stream's own rows, by primary key."""
+
+    def get(self, *key: Any) -> dict | None: ...
+    def put(self, row: dict) -> None: ...
+    def delete(self, *key: Any) -> None: ...
+    def all(self) -> list[dict]: ...
+
+
+class AppendTable(Protocol):
+    """`tables.<name>` for an append table: add rows with increasing keys; read the stream's newest."""
+
+    def last(self) -> dict | None: ...
+    def append(self, row: dict) -> None: ...
+
+
+class AggregateTable(Protocol):
+    """`tables.<name>` for an aggregate table: commutative increments shared by every stream."""
+
+    def add(self, key: dict, **increments: Any) -> None: ...
+
+
 @dataclass(frozen=True)
 class View:
+    """A projection. Handlers come from `handlers` (event type -> function) and from `@view.handles(...)`.
+
+    on_error: what a `Reject` does to its stream: `skip` (log it, go on) or `park` (the stream waits
+    for `inorder retry`/`skip`). on_bug: the same for any other exception (a bug in the view):
+    `park` (default), `skip`, or `fail` (the run fails and nothing is committed)."""
+
     name: str
     tables: tuple[Table, ...]
     subscribes: tuple[str, ...]
-    handlers: Mapping[str, Handler]
+    handlers: Mapping[str, Handler] = field(default_factory=dict)
     gap_timeout: float = 600.0
     max_pending: int = 10_000
     on_error: OnError = "skip"
+    on_bug: OnBug = "park"
     predicate: Callable[["Event"], bool] | None = None
     expectations: tuple[Expectation, ...] = field(default=())
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
+        object.__setattr__(self, "handlers", dict(self.handlers))  # its own, so `handles` can add to it
+        object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "subscribes", tuple(self.subscribes))
+        object.__setattr__(self, "expectations", tuple(self.expectations))
         if self.on_error not in ("skip", "park"):
             raise ValueError(f"view {self.name}: on_error must be 'skip' or 'park'")
+        if self.on_bug not in ("park", "skip", "fail"):
+            raise ValueError(f"view {self.name}: on_bug must be 'park', 'skip' or 'fail'")
         if self.gap_timeout < 0 or self.max_pending < 1:
             raise ValueError(f"view {self.name}: gap_timeout must be >= 0 and max_pending >= 1")
         if not self.subscribes:
@@ -161,6 +392,24 @@ class View:
         names = [t.name for t in self.tables]
         if len(set(names)) != len(names):
             raise ValueError(f"view {self.name}: duplicate table names")
+
+    def handles(self, *event_types: str) -> Callable[[Handler], Handler]:
+        """Register the decorated function as the handler of these event types:
+
+            @ORDERS.handles("OrderPlaced")
+            def placed(event: Event, tables: OrderTables) -> None: ...
+        """
+        if not event_types:
+            raise ValueError(f"view {self.name}: handles() needs at least one event type")
+
+        def register(handler: Handler) -> Handler:
+            for event_type in event_types:
+                if event_type in self.handlers and self.handlers[event_type] is not handler:
+                    raise ValueError(f"view {self.name}: {event_type!r} already has a handler")
+                self.handlers[event_type] = handler  # type: ignore[index]
+            return handler
+
+        return register
 
     @property
     def gap_timeout_us(self) -> int:
@@ -173,36 +422,3 @@ class View:
             if t.name == name:
                 return t
         raise KeyError(f"view {self.name} has no table {name!r}")
-
-
-class Event:
-    """One message as a handler sees it. The payload is decoded on first use."""
-
-    __slots__ = ("stream_id", "stream_type", "seq", "event_type", "payload_json", "occurred_at",
-                 "event_id", "batch_id", "_payload")
-
-    def __init__(self, stream_id: str, stream_type: str, seq: int, event_type: str, payload_json: str,
-                 occurred_at: str | None, event_id: str | None, batch_id: str) -> None:
-        self.stream_id = stream_id
-        self.stream_type = stream_type
-        self.seq = seq
-        self.event_type = event_type
-        self.payload_json = payload_json
-        self.occurred_at = occurred_at
-        self.event_id = event_id
-        self.batch_id = batch_id
-        self._payload: Any = None
-
-    @property
-    def payload(self) -> Any:
-        if self._payload is None:
-            self._payload = _decode_payload(self.payload_json)
-        return self._payload
-
-
-_PAYLOAD_DECODER = json.JSONDecoder(parse_float=Decimal)
-
-
-def _decode_payload(text: str) -> Any:
-    """Payloads are canonical JSON; numbers with a fraction become exact Decimals (money must not drift)."""
-    return _PAYLOAD_DECODER.raw_decode(text)[0]

@@ -181,11 +181,11 @@ def unfinished_dagster_runs(home: Path) -> int:
 
 def conserved(home: Path) -> bool:
     from pipelines.status import read_status
-    from views import ALL_VIEWS
+    from tests.domains import BANK_VIEWS
 
     con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
     try:
-        status = read_status(con, ALL_VIEWS)
+        status = read_status(con, BANK_VIEWS)
         records_ok = con.execute("SELECT count(*) FROM inorder.ingest_log "
                                  "WHERE records != malformed + normalised").fetchone()[0] == 0
     finally:

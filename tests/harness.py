@@ -41,7 +41,7 @@ def run_entries(spark, home: Home, views: Sequence[View], entries: Sequence[Entr
             run(spark, home, views, now=entry_time(entry))
         else:
             view = next(v for v in views if v.name == entry.target_view)
-            operator_action(spark, home, views, view, entry.target_stream, entry.kind)
+            operator_action(spark, home, views, view, [entry.target_stream], entry.kind)
         if check_conservation:
             assert_conserved(home, views)
 
@@ -83,13 +83,14 @@ def read_store(home: Home, views: Sequence[View]) -> dict[str, list[dict]]:
                 keys = ", ".join(f'"{c}"' for c in table.primary_key)
                 out[table.name] = _rows(con, f'SELECT * FROM "{table.name}" ORDER BY {keys}')
         out["watermarks"] = _rows(con, """
-            SELECT view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked, pending_count
+            SELECT view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked, pending_count, attempts
             FROM inorder.watermarks ORDER BY view, stream_id""")
         out["pending"] = _rows(con, """
             SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line
             FROM inorder.pending ORDER BY view, stream_id, seq""")
         out["errors"] = _rows(con, """
-            SELECT view, stream_id, seq, kind, event_type, payload, occurred_at, event_id, batch_id, line
+            SELECT view, stream_id, seq, kind, event_type, payload, occurred_at, event_id, batch_id, line,
+                   error_class, attempt
             FROM inorder.errors ORDER BY error_id""")
         out["gaps"] = _rows(con, """
             SELECT view, stream_id, first_missing, last_missing, waited_seconds, reason, batch_id,

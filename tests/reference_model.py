@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date
-from decimal import ROUND_HALF_UP, Decimal
+import math
+from datetime import date, datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+from pipelines.view import Reject  # the API a handler raises: part of the contract, not of the engine
 
 COUNTERS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
 CONTENT = ("event_type", "payload", "occurred_at", "event_id")
@@ -133,33 +136,72 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
 
 # --------------------------------------------------------------------------- table values
 
+def _number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise TypeError(f"{value!r} is not a number")
+    return value
+
+
 def _norm_value(sql_type: str, value: Any) -> Any:
-    """A value as the read store would hold it (DECIMAL quantized and range-checked, DATE as ISO)."""
+    """A value as the read store holds it and hands it back: of its column's Python type (DESIGN §5,
+    issue 10); a value of another type is a bug (TypeError), one the column cannot hold is `Reject`."""
     if value is None:
         return None
     if sql_type.startswith("DECIMAL"):
         precision, scale = (int(x) for x in sql_type[8:-1].split(","))
-        if isinstance(value, bool):
-            raise TypeError("a boolean is not a decimal")
-        q = Decimal(str(value)).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
-        if not q.is_finite() or abs(q) >= Decimal(10) ** (precision - scale):
-            raise ValueError(f"{value} does not fit {sql_type}")
+        try:
+            q = Decimal(str(_number(value))).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+        except InvalidOperation:
+            raise Reject(f"{value} does not fit {sql_type}") from None
+        if abs(q) >= Decimal(10) ** (precision - scale):
+            raise Reject(f"{value} does not fit {sql_type}")
         return q
     if sql_type in ("BIGINT", "INTEGER"):
-        if isinstance(value, bool) or int(value) != value:
+        if not math.isfinite(_number(value)) or int(value) != value:
             raise TypeError(f"{value!r} is not an integer")
         limit = BIGINT_MAX if sql_type == "BIGINT" else (1 << 31) - 1
         if not -limit - 1 <= int(value) <= limit:
-            raise ValueError(f"{value} does not fit {sql_type}")
+            raise Reject(f"{value} does not fit {sql_type}")
         return int(value)
     if sql_type == "DOUBLE":
+        if abs(_number(value)) >= 2 ** 1024 or not math.isfinite(value):
+            raise Reject(f"{value} does not fit DOUBLE")
         return float(value)
     if sql_type == "BOOLEAN":
-        return bool(value)
+        if not isinstance(value, bool):
+            raise TypeError(f"{value!r} is not a boolean")
+        return value
     if sql_type == "DATE":
-        return value.isoformat() if isinstance(value, date) else date.fromisoformat(str(value)).isoformat()
+        if isinstance(value, str):
+            try:
+                return date.fromisoformat(value)
+            except ValueError:
+                raise Reject(f"{value!r} is not a date") from None
+        if isinstance(value, datetime) or not isinstance(value, date):
+            raise TypeError(f"{value!r} is not a date")
+        return date(value.year, value.month, value.day)
+    if sql_type == "TIMESTAMPTZ":
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise Reject(f"{value!r} is not a time") from None
+        if not isinstance(value, datetime):
+            raise TypeError(f"{value!r} is not a datetime")
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
     if sql_type == "VARCHAR":
-        return value if isinstance(value, str) else str(value)
+        if not isinstance(value, str):
+            raise TypeError(f"{value!r} is not a string")
+        return str(value)
+    raise TypeError(f"unknown column type {sql_type}")
+
+
+def _plain(value: Any) -> Any:
+    """Typed values in the shape tests/harness.py reads the engine's store in."""
+    if isinstance(value, datetime):
+        return (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) / timedelta(microseconds=1) / 1e6
+    if isinstance(value, date):
+        return value.isoformat()
     return value
 
 
@@ -179,10 +221,15 @@ class _Handle:
         unknown = set(row) - set(self._t.columns)
         if unknown:
             raise KeyError(f"table {self._t.name} has no columns {sorted(unknown)}")
-        return {c: _norm_value(t, row.get(c)) for c, t in self._t.columns.items()}
+        out = {c: _norm_value(t, row.get(c)) for c, t in self._t.columns.items()}
+        if any(out[c] is None for c in self._t.primary_key):
+            raise ValueError(f"table {self._t.name}: a primary key column is None")
+        if self._t.stream_key is not None and out[self._t.stream_key] != self._tx.stream_id:
+            raise ValueError(f"table {self._t.name}: a row of another stream")
+        return out
 
     def _key(self, values: tuple) -> tuple:
-        if len(values) != len(self._t.primary_key):
+        if len(values) != len(self._t.primary_key) or any(v is None for v in values):
             raise TypeError(f"table {self._t.name}: primary key is {self._t.primary_key}")
         return tuple(_norm_value(self._t.columns[c], v) for c, v in zip(self._t.primary_key, values))
 
@@ -286,7 +333,12 @@ class _Stream:
     blocked_at: int | None = None
     blocked_since: float | None = None
     parked: bool = False
+    attempts: int = 0  # failed attempts of the parked message
     skipped: list[tuple[int, int]] = field(default_factory=list)
+
+
+class RunFailed(RuntimeError):
+    """A handler bug in a view with on_bug="fail": the run fails and commits nothing."""
 
 
 class Model:
@@ -317,8 +369,8 @@ class Model:
             for number, raw in enumerate(lines, 1):
                 m = normalise(raw, self.first_seq, self.max_record_bytes)
                 if m is None:
-                    self.errors.append({**dict.fromkeys(("view",) + MESSAGE_FIELDS), "kind": "malformed",
-                                        "batch_id": e.batch_id, "line": number})
+                    self.errors.append({**dict.fromkeys(("view", *MESSAGE_FIELDS, "error_class", "attempt")),
+                                        "kind": "malformed", "batch_id": e.batch_id, "line": number})
                 else:
                     messages.append(m | {"batch_id": e.batch_id, "line": number})
             routed = {t for v in self.views.values() for t in v.subscribes}
@@ -373,7 +425,7 @@ class Model:
             s.parked = False
             if e.kind == "skip":
                 del s.pending[s.last_seq + 1]  # the parked message: its outcome is handler_error
-                s.last_seq += 1
+                s.last_seq, s.attempts = s.last_seq + 1, 0
                 c["handler_error"] += 1
             self._walk(view, e.target_stream, s, e, c)
         self._ledger(view, e, c, {})
@@ -382,9 +434,12 @@ class Model:
         nxt = s.last_seq + 1
         while True:
             while nxt in s.pending:
-                outcome = self._apply(view, s.pending[nxt])
-                if outcome == "handler_error" and view.on_error == "park":
-                    s.parked = True  # the message stays in the buffer; the walk stops
+                attempt = (s.attempts if nxt == s.last_seq + 1 else 0) + 1
+                outcome, policy = self._apply(view, s.pending[nxt], attempt)
+                if policy in ("park", "fail"):
+                    if policy == "fail":
+                        raise RunFailed(f"view {view.name}: handler bug on {stream_id} seq {nxt}")
+                    s.parked, s.attempts = True, attempt  # the message stays in the buffer; the walk stops
                     s.last_seq = nxt - 1
                     s.blocked_at = s.blocked_since = None  # parked, not waiting at a gap
                     return
@@ -409,24 +464,30 @@ class Model:
             s.skipped.append((nxt, low - 1))
             c["gaps_skipped"] += 1
             nxt = low
-        s.last_seq = nxt - 1
+        s.last_seq, s.attempts = nxt - 1, 0
 
-    def _apply(self, view: Any, m: dict) -> str:
+    def _apply(self, view: Any, m: dict, attempt: int) -> tuple[str, str | None]:
+        """(outcome, the policy that applies to a handler_error: on_error for a Reject, on_bug otherwise)."""
         try:
             event = _Event(m)
             handler = view.handlers.get(m["event_type"])
             if handler is None or (view.predicate is not None and not view.predicate(event)):
-                return "ignored"
+                return "ignored", None
             tx = _Tx(view, self.store, m["stream_id"])
             handler(event, tx)
+        except Reject:
+            self._error(view, m, "handler_error", "reject", attempt)
+            return "handler_error", view.on_error
         except Exception:
-            self._error(view, m, "handler_error")
-            return "handler_error"
+            self._error(view, m, "handler_error", "bug", attempt)
+            return "handler_error", view.on_bug
         tx.commit()
-        return "applied"
+        return "applied", None
 
-    def _error(self, view: Any, m: dict, kind: str) -> None:
-        self.errors.append({"view": view.name, "kind": kind, **{k: m[k] for k in MESSAGE_FIELDS}})
+    def _error(self, view: Any, m: dict, kind: str, error_class: str | None = None,
+               attempt: int | None = None) -> None:
+        self.errors.append({"view": view.name, "kind": kind, **{k: m[k] for k in MESSAGE_FIELDS},
+                            "error_class": error_class, "attempt": attempt})
 
     def _ledger(self, view: Any, e: Entry, c: Counter, base: dict) -> None:
         row = {"batch_id": e.batch_id, "view": view.name, "kind": e.kind}
@@ -443,11 +504,11 @@ class Model:
         out: dict[str, list[dict]] = {}
         for view in self.views.values():
             for t in view.tables:
-                out[t.name] = [dict(r) for _, r in sorted(self.store[t.name].items())]
+                out[t.name] = [{c: _plain(v) for c, v in r.items()} for _, r in sorted(self.store[t.name].items())]
         out["watermarks"] = [
             {"view": v, "stream_id": sid, "stream_type": s.stream_type, "last_seq": s.last_seq,
              "blocked_at": s.blocked_at, "blocked_since": None if s.blocked_since is None else float(s.blocked_since),
-             "parked": s.parked, "pending_count": len(s.pending)}
+             "parked": s.parked, "pending_count": len(s.pending), "attempts": s.attempts}
             for v, streams in self.streams.items() for sid, s in sorted(streams.items())]
         out["pending"] = [
             {"view": v, "stream_id": sid, "seq": seq, "stream_type": m["stream_type"],

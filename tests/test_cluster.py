@@ -25,7 +25,7 @@ import pytest
 from pipelines.store import Home
 from scripts.cluster import QUICK_JVM, Cluster, event_log_conf
 from tests.harness import assert_same_store, read_store
-from views import ALL_VIEWS
+from tests.domains import BANK_VIEWS
 
 pytestmark = pytest.mark.skipif(
     shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
@@ -128,7 +128,7 @@ def runs(local_run, cluster: Cluster, batches: Path, tmp_path_factory):
 
 def test_cluster_runs_give_the_local_store(runs):
     local_home = runs["local"][0]
-    local = read_store(local_home, ALL_VIEWS)
+    local = read_store(local_home, BANK_VIEWS)
     # the scenario reaches the paths that matter: pending buffers, gaps timed out by the tick, late messages
     assert any(b["pending"] for b in local["batches"] if b["batch_id"].startswith("batch-00001")), "no pending buffer"
     assert local["gaps"], "no gap timed out"
@@ -136,7 +136,7 @@ def test_cluster_runs_give_the_local_store(runs):
     assert any(b["kind"] == "tick" for b in local["batches"]), "no tick was projected"
     for name in ("standalone", "connect"):
         home = runs[name][0]
-        assert_same_store(read_store(home, ALL_VIEWS), local)
+        assert_same_store(read_store(home, BANK_VIEWS), local)
         assert ingest_log(home) == ingest_log(local_home), f"ingest_log on {name} differs from local"
 
 

@@ -19,7 +19,8 @@ from pipelines.store import Home
 from resources import FoldersResource, ReadStoreResource, SparkResource
 from tests.harness import assert_same_store, read_store
 from tests.reference_model import Entry, run_model
-from views import ALL_VIEWS, view_named
+from pipelines.registry import view_named
+from tests.domains import BANK_VIEWS
 from views.bank_generator import GeneratorConfig, generate
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
@@ -35,9 +36,9 @@ def test_asset_graph_has_the_expected_keys_and_checks():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"event_batches", "accounts", "account_activity", "daily_totals", "errors", "gaps"}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert checks == {(v.name, n) for v in ALL_VIEWS
+    assert checks == {(v.name, n) for v in BANK_VIEWS
                       for n in ("expectations", "conservation", "watermarks_never_move_back")}
-    for view in ALL_VIEWS:
+    for view in BANK_VIEWS:
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
     assert {"ingest_batch", "project_views", "rebuild_view"} <= {j.name for j in defs.resolve_all_job_defs()}
     assert defs.resolve_sensor_def("landing_sensor") and defs.resolve_schedule_def("tick_schedule")
@@ -80,13 +81,13 @@ def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
     checks = results[-1].get_asset_check_evaluations()
     assert len(checks) == 9 and all(c.passed for c in checks), [(c.asset_key, c.check_name) for c in checks if not c.passed]
     entries = [Entry("batch", p.stem, T0.timestamp(), lines=p.read_bytes()) for p in paths]
-    live = read_store(home, ALL_VIEWS)
-    assert_same_store(live, run_model(entries, ALL_VIEWS))
+    live = read_store(home, BANK_VIEWS)
+    assert_same_store(live, run_model(entries, BANK_VIEWS))
 
     again = _materialize_all(home, instance, keys, T0)  # a repeated backfill of the same partitions
     assert all(r.success for r in again)
     assert all(_metadata(r, "event_batches")["already_ingested"] for r in again[:-1])
-    assert read_store(home, ALL_VIEWS) == live
+    assert read_store(home, BANK_VIEWS) == live
 
 
 def test_sensor_requests_one_run_per_new_file(tmp_path):
@@ -120,7 +121,7 @@ def projected_home(spark, tmp_path) -> Home:
 
 
 def _run_check(home: Home, view: str, name: str) -> dg.AssetCheckResult:
-    (check,) = [c for c in _checks_for(view_named(view)) if c.check_specs and next(iter(c.check_specs)).name == name]
+    (check,) = [c for c in _checks_for(view_named(BANK_VIEWS, view)) if c.check_specs and next(iter(c.check_specs)).name == name]
     result = dg.materialize([projections, check], selection=dg.AssetSelection.checks(check),
                             resources=resources_for(home), raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
@@ -154,14 +155,14 @@ def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected
 
 
 def test_rebuild_view_job_replays_to_the_same_store(projected_home):
-    before = read_store(projected_home, ALL_VIEWS)
+    before = read_store(projected_home, BANK_VIEWS)
     result = defs.resolve_job_def("rebuild_view").execute_in_process(
         run_config={"ops": {"rebuild_view_op": {"config": {"view": "account_activity"}}}},
         resources=resources_for(projected_home))
     assert result.success
     (materialization,) = [e.step_materialization_data.materialization for e in result.get_asset_materialization_events()]
     assert materialization.asset_key == dg.AssetKey("account_activity")
-    after = read_store(projected_home, ALL_VIEWS)
+    after = read_store(projected_home, BANK_VIEWS)
     for name in after:
         assert sorted(after[name], key=repr) == sorted(before[name], key=repr), name
 
@@ -170,7 +171,7 @@ def test_a_second_writer_fails_with_one_clear_message(tmp_path):
     from pipelines.store import Store, StoreBusy
 
     home = Home(tmp_path / "home")
-    with Store.open(home, ALL_VIEWS):
+    with Store.open(home, BANK_VIEWS):
         with pytest.raises(StoreBusy, match="another inorder run is writing"):
-            Store.open(home, ALL_VIEWS)
-    Store.open(home, ALL_VIEWS).close()  # free again once the first writer is done
+            Store.open(home, BANK_VIEWS)
+    Store.open(home, BANK_VIEWS).close()  # free again once the first writer is done

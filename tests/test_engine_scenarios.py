@@ -20,7 +20,7 @@ from pipelines.store import Store, us_from_utc
 from tests.builders import T0, batch, dep, msg, opened, tick, wd
 from tests.harness import assert_same_store, entry_time, fresh_home, read_store, run_entries, write_batch
 from tests.reference_model import Entry, run_model
-from views import ALL_VIEWS
+from tests.domains import BANK_VIEWS
 from views import account_activity as activity_view
 from views import accounts as accounts_view
 
@@ -28,7 +28,7 @@ PARKING = dataclasses.replace(accounts_view.VIEW, on_error="park")
 QUICK_ACTIVITY = dataclasses.replace(activity_view.VIEW, gap_timeout=60)
 
 
-def engine_equals_model(spark, tmp_path, entries, views=ALL_VIEWS):
+def engine_equals_model(spark, tmp_path, entries, views=BANK_VIEWS):
     home = fresh_home(tmp_path)
     run_entries(spark, home, views, entries)
     store = read_store(home, views)
@@ -151,20 +151,20 @@ SCENARIO = [
 
 def test_rerunning_is_a_no_op(spark, tmp_path):
     home, live = engine_equals_model(spark, tmp_path, SCENARIO)
-    with Store.open(home, ALL_VIEWS) as store:
-        stats = project(spark, store, home, ALL_VIEWS, ALL_VIEWS, SourceMapping())
+    with Store.open(home, BANK_VIEWS) as store:
+        stats = project(spark, store, home, BANK_VIEWS, BANK_VIEWS, SourceMapping())
     assert (stats.passes, stats.entries) == (0, 0)
     write_batch(home, SCENARIO[0])  # the same batch file dropped again
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         assert ingest_landing(store, home, SourceMapping(), us_from_utc(entry_time(SCENARIO[-1]))) == []
-    assert read_store(home, ALL_VIEWS) == live
+    assert read_store(home, BANK_VIEWS) == live
 
 
 def test_rebuild_equals_live(spark, tmp_path):
     home, live = engine_equals_model(spark, tmp_path, SCENARIO)
-    for view in ALL_VIEWS:
-        rebuild(spark, home, ALL_VIEWS, view)
-    rebuilt = read_store(home, ALL_VIEWS)
+    for view in BANK_VIEWS:
+        rebuild(spark, home, BANK_VIEWS, view)
+    rebuilt = read_store(home, BANK_VIEWS)
     for name in rebuilt:
         assert sorted(rebuilt[name], key=repr) == sorted(live[name], key=repr), name
 
@@ -173,7 +173,7 @@ def test_several_batches_in_one_pass_equal_one_at_a_time(spark, tmp_path):
     """Ingesting all batches first and projecting them in one Spark pass gives the same store."""
     one_by_one, _ = engine_equals_model(spark, tmp_path / "a", SCENARIO)
     home = fresh_home(tmp_path, "b")
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         for entry in SCENARIO:
             t_us = us_from_utc(entry_time(entry))
             if entry.kind == "batch":
@@ -181,9 +181,9 @@ def test_several_batches_in_one_pass_equal_one_at_a_time(spark, tmp_path):
                 ingest_landing(store, home, SourceMapping(), t_us)
             else:
                 record_entry(store, "tick", t_us)
-        stats = project(spark, store, home, ALL_VIEWS, ALL_VIEWS, SourceMapping())
+        stats = project(spark, store, home, BANK_VIEWS, BANK_VIEWS, SourceMapping())
     assert (stats.passes, stats.entries) == (1, len(SCENARIO))
-    assert read_store(home, ALL_VIEWS) == read_store(one_by_one, ALL_VIEWS)
+    assert read_store(home, BANK_VIEWS) == read_store(one_by_one, BANK_VIEWS)
 
 
 @pytest.mark.parametrize("split", [[1, 1, 1, 1, 1, 1, 1, 1], [8], [3, 5], [2, 2, 4]])
@@ -195,8 +195,8 @@ def test_batch_split_invariance(spark, tmp_path, split):
         entries.append(batch(i, i, *lines[start:start + size]))
         start += size
     home = fresh_home(tmp_path)
-    run_entries(spark, home, ALL_VIEWS, entries)
-    store = read_store(home, ALL_VIEWS)
+    run_entries(spark, home, BANK_VIEWS, entries)
+    store = read_store(home, BANK_VIEWS)
     assert [r["balance"] for r in store["accounts"]] == [Decimal("4.00"), Decimal("8.00")]
     assert len(store["account_activity"]) == 5 and not store["gaps"]
 
@@ -206,7 +206,7 @@ def test_a_run_at_a_time_already_recorded_changes_nothing(spark, tmp_path):
     entries = [batch(1, 0, opened("a"), dep("a", 3, 5)), tick(9, 0), tick(2, 1)]
     home, store = engine_equals_model(spark, tmp_path, entries)
     assert [r["batch_id"] for r in store["batches"] if r["view"] == "accounts"] == ["b1", "tick-2"]
-    again = run_entries(spark, home, ALL_VIEWS, [tick(3, 1)]) or read_store(home, ALL_VIEWS)
+    again = run_entries(spark, home, BANK_VIEWS, [tick(3, 1)]) or read_store(home, BANK_VIEWS)
     assert again == store
 
 

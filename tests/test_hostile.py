@@ -27,7 +27,7 @@ from tests.harness import assert_conserved, assert_same_store, read_store
 from tests.hostile_corpus import FIRST_RUN, Case, Corpus, build
 from tests.reference_model import Entry, run_model
 from tests.reference_model import normalise as model_normalise
-from views import ALL_VIEWS
+from tests.domains import BANK_VIEWS
 
 T1 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 T2 = datetime(2026, 1, 5, 9, 5, tzinfo=timezone.utc)
@@ -105,7 +105,7 @@ def _snapshot(home: Home) -> dict[str, list[dict]]:
     con = duckdb.connect(str(home.database), read_only=True)
     try:
         tables = [f"inorder.{t}" for t in ("ingest_log", "errors", "batches", "watermarks", "pending", "gaps")]
-        tables += [f'"{t.name}"' for v in ALL_VIEWS for t in v.tables]
+        tables += [f'"{t.name}"' for v in BANK_VIEWS for t in v.tables]
         out = {}
         for table in tables:
             cursor = con.execute(f"SELECT * FROM {table}")
@@ -137,21 +137,21 @@ def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):
     # run 1: clean batches
     for name in FIRST_RUN:
         (home.landing / name).write_bytes(corpus.files[name])
-    run(spark, home, ALL_VIEWS, now=T1)
+    run(spark, home, BANK_VIEWS, now=T1)
     before = _snapshot(home)
     # run 2: every hostile file at once, and a file changed after it was ingested
     Corpus(files={n: corpus.files[n] for n in hostile if n in corpus.files}, symlinks=corpus.symlinks,
            outside=corpus.outside).write(home.landing, outside)
     for name, data in corpus.changed.items():
         (home.landing / name).write_bytes(data)
-    report = run(spark, home, ALL_VIEWS, now=T2)
+    report = run(spark, home, BANK_VIEWS, now=T2)
     assert report.tick_entry is None and len(report.ingested) == len(hostile) + len(corpus.changed)
 
     # every case ended as it must
     con = duckdb.connect(str(home.database), read_only=True)
     try:
         got = _outcomes(con, home)
-        status_text = format_status(read_status(con, ALL_VIEWS))
+        status_text = format_status(read_status(con, BANK_VIEWS))
         rejected = con.execute("SELECT batch_id, file_name, reason FROM inorder.ingest_log "
                                "WHERE status = 'rejected'").fetchall()
     finally:
@@ -166,8 +166,8 @@ def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):
 
     # the good records are processed exactly as the model processes them; the store is the model's
     entries = [e for n in FIRST_RUN for e in _model_entries(corpus, [n], T1)] + _model_entries(corpus, hostile, T2)
-    assert_same_store(read_store(home, ALL_VIEWS), run_model(entries, ALL_VIEWS))
-    assert_conserved(home, ALL_VIEWS)
+    assert_same_store(read_store(home, BANK_VIEWS), run_model(entries, BANK_VIEWS))
+    assert_conserved(home, BANK_VIEWS)
 
     # nothing else changed: old rows are all still there, new ones belong to the hostile entries only
     after = _snapshot(home)
@@ -189,7 +189,7 @@ def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):
     assert all("never-read" not in t["stream_id"].to_pylist() for t in archived)  # the symlink's target
 
     # the changed file is set aside once, under its own id; nothing is new any more
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         assert new_landing_files(store, home) == []
     changed = [r for r in rejected if r[1] == "changed.jsonl"]
     assert len(changed) == 1 and changed[0][0].startswith("changed.jsonl@")
@@ -214,7 +214,7 @@ OTHER = b'{"stream_id": "a", "seq": 1, "type": "AccountOpened", "payload": {"own
 
 
 def _log(home: Home) -> list[tuple]:
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         return store.con.execute("SELECT entry_idx, batch_id, file_name, status, bytes, reason "
                                  "FROM inorder.ingest_log ORDER BY entry_idx").fetchall()
 
@@ -230,7 +230,7 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     instance = dg.DagsterInstance.ephemeral()
     first = _sensor(home, instance)
     assert [r.partition_key for r in first.run_requests] == ["b1"]
-    assert ingest_batch(home, ALL_VIEWS, "b1").status == "archived"
+    assert ingest_batch(home, BANK_VIEWS, "b1").status == "archived"
     assert _sensor(home, instance, first.cursor).run_requests == []
 
     path.write_bytes(OTHER)  # same size, new content
@@ -240,19 +240,19 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     key = request.partition_key
     assert key.startswith("b1.jsonl@") and request.run_key == key
     assert changed.dynamic_partitions_requests[0].partition_keys == [key]
-    result = ingest_batch(home, ALL_VIEWS, key)
+    result = ingest_batch(home, BANK_VIEWS, key)
     assert (result.status, result.batch_id, result.already_ingested) == ("rejected", key, False)
     assert "changed after it was ingested as batch 'b1'" in result.reason
-    assert ingest_batch(home, ALL_VIEWS, key).already_ingested  # a repeated run changes nothing
+    assert ingest_batch(home, BANK_VIEWS, key).already_ingested  # a repeated run changes nothing
     assert _sensor(home, instance, changed.cursor).run_requests == []
     assert [row[1:4] for row in _log(home)] == [("b1", "b1.jsonl", "archived"), (key, "b1.jsonl", "rejected")]
 
     os.utime(path, ns=(2, 2))  # touched, same content: the sensor asks, the store already knows it
     touched = _sensor(home, instance, changed.cursor)
     assert [r.partition_key for r in touched.run_requests] == [key]
-    assert ingest_batch(home, ALL_VIEWS, key).already_ingested
+    assert ingest_batch(home, BANK_VIEWS, key).already_ingested
     path.write_bytes(GOOD)  # changed back to the ingested content: nothing to set aside
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         assert new_landing_files(store, home) == []
         assert ingest_landing(store, home, SourceMapping(), 2_000_000_000_000_000) == []
     assert len(_log(home)) == 2
@@ -262,15 +262,15 @@ def test_change_detection_on_a_store_made_before_mtimes_were_recorded(tmp_path):
     home = Home(tmp_path / "home").ensure()
     path = home.landing / "b1.jsonl"
     path.write_bytes(GOOD)
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         ingest_landing(store, home, SourceMapping(), 1_000_000_000_000_000)
         store.con.execute("ALTER TABLE inorder.ingest_log DROP COLUMN mtime_ns")
     os.utime(path, ns=(5, 5))
-    with Store.open(home, ALL_VIEWS) as store:  # opening adds the column back, empty
+    with Store.open(home, BANK_VIEWS) as store:  # opening adds the column back, empty
         assert store.con.execute("SELECT mtime_ns FROM inorder.ingest_log").fetchall() == [(None,)]
         assert new_landing_files(store, home) == []  # same size: not even hashed
     path.write_bytes(GOOD + OTHER)
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         (changed,) = new_landing_files(store, home)
         assert changed.batch_id.startswith("b1.jsonl@") and "changed after" in changed.clash
         (result,) = ingest_landing(store, home, SourceMapping(), 1_000_000_000_000_001)
@@ -283,7 +283,7 @@ def test_a_rejected_file_that_changes_is_set_aside_again_and_a_file_turned_symli
     (home.landing / "b2.jsonl").write_bytes(GOOD)
     secret = tmp_path / "secret.jsonl"
     secret.write_bytes(OTHER * 3)
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         ingest_landing(store, home, SourceMapping(), 1)
         (home.landing / "bad.parquet").write_bytes(b"still not parquet")
         (home.landing / "b2.jsonl").unlink()

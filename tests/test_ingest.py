@@ -10,7 +10,7 @@ from pipelines.ingest import LogicalTimeError, archive_path, ingest_landing, rec
 from pipelines.inspect import SourceMapping
 from pipelines.store import Home, Store
 from tests.builders import dep, opened
-from views import ALL_VIEWS
+from tests.domains import BANK_VIEWS
 
 T = 1_700_000_000_000_000
 
@@ -29,7 +29,7 @@ def landing_home(tmp_path) -> Home:
 
 
 def ingest_rows(home: Home):
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         log = store.con.execute("SELECT entry_idx, batch_id, status, records, malformed, normalised, sha256 "
                                 "FROM inorder.ingest_log ORDER BY entry_idx").fetchall()
         errors = store.con.execute("SELECT batch_id, line, kind FROM inorder.errors ORDER BY error_id").fetchall()
@@ -41,7 +41,7 @@ def test_ingest_archives_registers_and_rejects(tmp_path, monkeypatch, parallel):
     if parallel:
         monkeypatch.setattr(ingest, "_PARALLEL_BYTES", 0)
     home = landing_home(tmp_path)
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         results = ingest_landing(store, home, SourceMapping(), T)
         assert ingest_landing(store, home, SourceMapping(), T + 1) == []  # known files are never ingested again
         with pytest.raises(LogicalTimeError):
@@ -66,13 +66,13 @@ def test_ingest_batch_sets_a_later_claimant_of_the_same_id_aside(tmp_path):
 
     home = Home(tmp_path / "home").ensure()
     (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
-    first = ingest_batch(home, ALL_VIEWS, "b1")
+    first = ingest_batch(home, BANK_VIEWS, "b1")
     assert (first.status, first.already_ingested) == ("archived", False)
     (home.landing / "b1.jsonl").unlink()
     (home.landing / "b1.csv").write_text("stream_id,seq,type\na,2,Deposited\n")
-    again = ingest_batch(home, ALL_VIEWS, "b1")  # e.g. the sensor lost its cursor
+    again = ingest_batch(home, BANK_VIEWS, "b1")  # e.g. the sensor lost its cursor
     assert (again.status, again.already_ingested, again.entry_idx) == ("archived", True, 1)
-    clash = ingest_batch(home, ALL_VIEWS, "b1.csv")
+    clash = ingest_batch(home, BANK_VIEWS, "b1.csv")
     assert (clash.status, clash.already_ingested) == ("rejected", True) and "already taken" in clash.reason
     log, _ = ingest_rows(home)
     assert [row[:3] for row in log] == [(1, "b1", "archived"), (2, "b1.csv", "rejected")]
@@ -82,7 +82,7 @@ def test_a_file_named_like_a_tick_entry_is_set_aside_and_ticks_go_on(tmp_path):
     home = Home(tmp_path / "home").ensure()
     (home.landing / "tick-2.jsonl").write_text(opened("a") + "\n")
     (home.landing / "tick-3").write_text(opened("b") + "\n")
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         results = ingest_landing(store, home, SourceMapping(), T)
         tick = record_entry(store, "tick", T + 1)
     assert [(r.batch_id, r.status) for r in results] == [("tick-2.jsonl", "rejected"), (results[1].batch_id, "rejected")]
@@ -95,10 +95,10 @@ def test_ingest_batch_of_a_key_that_is_also_a_tick_id_finds_the_file(tmp_path):
     from pipelines.run import ingest_batch
 
     home = Home(tmp_path / "home").ensure()
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         record_entry(store, "tick", T)
     (home.landing / "tick-1.jsonl").write_text(opened("a") + "\n")
-    result = ingest_batch(home, ALL_VIEWS, "tick-1")  # the sensor's partition key is the file's stem
+    result = ingest_batch(home, BANK_VIEWS, "tick-1")  # the sensor's partition key is the file's stem
     assert (result.entry_idx, result.batch_id, result.status) == (2, "tick-1.jsonl", "rejected")
     assert "already taken" in result.reason
 
@@ -115,9 +115,9 @@ def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path
         path.write_text(opened("a") + "\n")
     keys = [batch_id_of(p) for p in odd]  # what the sensor uses as partition keys
     raise_error_on_invalid_partition_key_substring(keys)
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open(home, BANK_VIEWS) as store:
         results = ingest_landing(store, home, SourceMapping(), T, only=odd[:2])
     assert [(r.batch_id, r.status) for r in results] == [(keys[0], "rejected"), (keys[1], "rejected")]
     assert all("control character or '...'" in r.reason for r in results)
-    through_dagster_path = ingest_batch(home, ALL_VIEWS, keys[2])
+    through_dagster_path = ingest_batch(home, BANK_VIEWS, keys[2])
     assert (through_dagster_path.batch_id, through_dagster_path.status) == (keys[2], "rejected")

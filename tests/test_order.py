@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipelines.message import Message
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from views import accounts
 
@@ -9,11 +10,11 @@ VIEW = accounts.VIEW
 SECOND = 1_000_000
 
 
-def message(seq: int, entry: int, event_type: str = "Deposited", payload: str = '{"amount":1}') -> tuple:
-    return (seq, entry, seq, f"b{entry}", event_type, payload, "2026-11-01T00:00:00Z", None, "account")
+def message(seq: int, entry: int, event_type: str = "Deposited", payload: str = '{"amount":1}') -> Message:
+    return Message(seq, entry, seq, f"b{entry}", event_type, payload, "2026-11-01T00:00:00Z", None, "account")
 
 
-def walk(state: StreamState, msgs: list[tuple], entries: list[PassEntry]) -> PassOutput:
+def walk(state: StreamState, msgs: list[Message], entries: list[PassEntry]) -> PassOutput:
     out = PassOutput()
     walk_stream(VIEW, "a", state, [], msgs, entries, out, {})
     return out

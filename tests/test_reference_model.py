@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from tests.builders import T0, batch, dep, msg, opened, tick, wd
 from tests.reference_model import Entry, normalise, run_model, split_lines
 from tests.strategies import resplit, scenarios
-from views import ALL_VIEWS
+from pipelines.view import Reject
+from tests.domains import BANK_VIEWS
 from views import accounts as accounts_view
 
 VIEW_TABLES = ("accounts", "account_activity", "daily_totals")
@@ -32,7 +33,7 @@ def balance(out, account):
     return row["balance"]
 
 
-def assert_conserved(out, views=ALL_VIEWS):
+def assert_conserved(out, views=BANK_VIEWS):
     for view in views:
         led = [r for r in out["batches"] if r["view"] == view.name]
         outcomes = sum(r[k] for r in led for k in ("applied", "ignored", "handler_error", "duplicate",
@@ -82,7 +83,7 @@ def test_line_splitting_and_ledger_counts():
     assert split_lines("a\nb\n") == ["a", "b"] and split_lines("a\n\nb") == ["a", "", "b"]
     assert split_lines("") == [] and split_lines(b"x\r\n") == [b"x\r"]
     text = opened("acct-1") + "\r\n" + "{oops\n\n" + dep("acct-1", 2, 5) + "\n"
-    out = run_model([Entry("batch", "b1", T0, lines=text)], ALL_VIEWS)
+    out = run_model([Entry("batch", "b1", T0, lines=text)], BANK_VIEWS)
     row = ledger(out)["b1"]
     assert (row["records"], row["malformed"], row["normalised"], row["applied"]) == (4, 2, 2, 2)
     assert [(e["kind"], e["line"], e["view"]) for e in out["errors"]] == [("malformed", 2, None),
@@ -97,7 +98,7 @@ def test_gap_skipped_after_timeout_and_late_message_logged():
         tick(2, 599),
         tick(3, 600),
         batch(4, 700, dep("acct-1", 2, 20)),
-    ], ALL_VIEWS)
+    ], BANK_VIEWS)
     assert ledger(out)["tick-2"]["gaps_skipped"] == 0
     gaps = rows(out, "gaps", view="accounts")
     assert gaps == [{"view": "accounts", "stream_id": "acct-1", "first_missing": 2, "last_missing": 2,
@@ -109,12 +110,12 @@ def test_gap_skipped_after_timeout_and_late_message_logged():
     assert ledger(out)["b4"]["late"] == 1
     assert rows(out, "watermarks", view="accounts")[0] == {
         "view": "accounts", "stream_id": "acct-1", "stream_type": "account", "last_seq": 3,
-        "blocked_at": None, "blocked_since": None, "parked": False, "pending_count": 0}
+        "blocked_at": None, "blocked_since": None, "parked": False, "pending_count": 0, "attempts": 0}
     assert_conserved(out)
 
 
 def test_blocked_since_kept_while_blocked_at_same_position():
-    out = run_model([batch(1, 0, opened("a"), dep("a", 3, 1)), batch(2, 300, dep("a", 4, 1))], ALL_VIEWS)
+    out = run_model([batch(1, 0, opened("a"), dep("a", 3, 1)), batch(2, 300, dep("a", 4, 1))], BANK_VIEWS)
     (w,) = rows(out, "watermarks", view="accounts")
     assert (w["last_seq"], w["blocked_at"], w["blocked_since"], w["pending_count"]) == (1, 2, T0, 2)
     assert [p["seq"] for p in rows(out, "pending", view="accounts")] == [3, 4]
@@ -124,7 +125,7 @@ def test_duplicate_versus_conflict():
     out = run_model([
         batch(1, 0, opened("a"), dep("a", 3, 30), dep("a", 3, 30), dep("a", 3, 99)),
         batch(2, 10, dep("a", 2, 20), opened("a"), msg("a", 1, "AccountOpened", owner="zed")),
-    ], ALL_VIEWS)
+    ], BANK_VIEWS)
     led = ledger(out)
     assert (led["b1"]["duplicate"], led["b1"]["conflict"], led["b1"]["pending"]) == (1, 1, 1)
     assert (led["b2"]["duplicate"], led["b2"]["conflict"], led["b2"]["applied"]) == (2, 0, 2)
@@ -140,7 +141,7 @@ def test_two_streams_wait_independently():
         batch(2, 400, dep("b", 2, 2), dep("b", 5, 5)),
         tick(3, 600),
         tick(4, 1000),
-    ], ALL_VIEWS)
+    ], BANK_VIEWS)
     gaps = rows(out, "gaps", view="accounts")
     assert [(g["stream_id"], g["first_missing"], g["batch_id"], g["waited_seconds"]) for g in gaps] == [
         ("a", 2, "tick-3", 600.0), ("b", 4, "tick-4", 600.0)]
@@ -150,7 +151,7 @@ def test_two_streams_wait_independently():
 
 def test_poison_message_logged_while_later_messages_apply():
     out = run_model([batch(1, 0, opened("a"), dep("a", 2, "abc"), dep("a", 3, 7),
-                           msg("a", 4, "Deposited", occurred_at="yesterday", amount=1))], ALL_VIEWS)
+                           msg("a", 4, "Deposited", occurred_at="yesterday", amount=1))], BANK_VIEWS)
     assert balance(out, "a") == Decimal("8.00")
     errs = [(e["view"], e["seq"]) for e in out["errors"] if e["kind"] == "handler_error"]
     assert sorted(errs) == [("account_activity", 2), ("accounts", 2), ("daily_totals", 2), ("daily_totals", 4)]
@@ -217,23 +218,32 @@ def test_capacity_skip():
 
 def test_unrouted_and_tick_rows():
     order = json.dumps({"stream_id": "o1", "stream_type": "order", "seq": 1, "type": "OrderPlaced"})
-    out = run_model([batch(1, 0, opened("a"), order), tick(2, 1)], ALL_VIEWS)
-    for view in ALL_VIEWS:
+    out = run_model([batch(1, 0, opened("a"), order), tick(2, 1)], BANK_VIEWS)
+    for view in BANK_VIEWS:
         led = ledger(out, view.name)
         assert (led["b1"]["selected"], led["b1"]["unrouted"], led["b1"]["normalised"]) == (1, 1, 2)
         assert led["tick-2"]["records"] == 0 and led["tick-2"]["kind"] == "tick"
     assert [w["stream_id"] for w in out["watermarks"]] == ["a", "a", "a"]
 
 
-def test_handler_failure_leaves_tables_unchanged():
+@pytest.mark.parametrize("exception, on_bug, parked", [
+    (Reject("no"), "park", False), (RuntimeError("boom"), "park", True), (RuntimeError("boom"), "skip", False)])
+def test_handler_failure_leaves_tables_unchanged_and_a_bug_parks_by_default(exception, on_bug, parked):
     def half_then_fail(event, tables):
         tables.accounts.put({"account_id": event.stream_id, "owner": "x", "balance": 1, "status": "open",
                              "version": event.seq, "event_count": 1})
-        raise RuntimeError("boom")
+        raise exception
 
-    view = dataclasses.replace(accounts_view.VIEW, handlers={"AccountOpened": half_then_fail})
-    out = run_model([batch(1, 0, opened("a"))], [view])
-    assert out["accounts"] == [] and ledger(out)["b1"]["handler_error"] == 1
+    view = dataclasses.replace(accounts_view.VIEW, handlers={"AccountOpened": half_then_fail}, on_bug=on_bug)
+    out = run_model([batch(1, 0, opened("a"), dep("a", 2, 5))], [view])
+    assert out["accounts"] == []
+    (error,) = rows(out, "errors", kind="handler_error")
+    assert (error["error_class"], error["attempt"]) == ("reject" if isinstance(exception, Reject) else "bug", 1)
+    (watermark,) = out["watermarks"]
+    assert watermark["parked"] is parked
+    # parked: the failed message and the later one wait; otherwise the failure counts and the walk goes on
+    assert ledger(out)["b1"]["handler_error"] == (0 if parked else 1)
+    assert len(out["pending"]) == (2 if parked else 0)
 
 
 # ----------------------------------------------------------------------------- properties
@@ -241,7 +251,7 @@ def test_handler_failure_leaves_tables_unchanged():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_conservation(entries):
-    out = run_model(entries, ALL_VIEWS)
+    out = run_model(entries, BANK_VIEWS)
     assert_conserved(out)
     for g in out["gaps"]:
         assert g["first_missing"] <= g["last_missing"]
@@ -255,7 +265,7 @@ def test_batch_split_invariance(data, conflicts):
     entries = data.draw(scenarios(allow_timeouts=False, allow_conflicts=conflicts))
     # with conflicts, "keep the first received" makes arrival order matter, so only re-split then
     other = data.draw(resplit(entries, shuffle=not conflicts))
-    first, second = run_model(entries, ALL_VIEWS), run_model(other, ALL_VIEWS)
+    first, second = run_model(entries, BANK_VIEWS), run_model(other, BANK_VIEWS)
     assert first["gaps"] == [] and second["gaps"] == []
     for table in VIEW_TABLES:
         assert first[table] == second[table]

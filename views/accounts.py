@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pipelines.view import Event, Table, View, between, in_set, not_null, unique
-from views.money import HandlerError, amount_of
+from pipelines.view import Event, Reject, Table, View, between, in_set, not_null, unique
+from views.money import amount_of
 
 ACCOUNTS = Table(
     "accounts",
@@ -29,7 +29,7 @@ ACCOUNTS = Table(
 def _open_account(event: Event, tables) -> dict:
     row = tables.accounts.get(event.stream_id)
     if row is None or row["status"] != "open":
-        raise HandlerError("account not open")
+        raise Reject("account not open")
     return row
 
 
@@ -43,9 +43,9 @@ def account_opened(event: Event, tables) -> None:
     payload = event.payload
     owner = payload.get("owner") if isinstance(payload, dict) else None
     if not isinstance(owner, str) or not owner.strip():
-        raise HandlerError("owner is missing or empty")
+        raise Reject("owner is missing or empty")
     if tables.accounts.get(event.stream_id) is not None:
-        raise HandlerError("account already exists")
+        raise Reject("account already exists")
     tables.accounts.put({"account_id": event.stream_id, "owner": owner, "balance": Decimal("0.00"),
                          "status": "open", "version": event.seq, "event_count": 1})
 
@@ -61,7 +61,7 @@ def withdrawn(event: Event, tables) -> None:
     amount = amount_of(event)
     row = _open_account(event, tables)
     if amount > row["balance"]:
-        raise HandlerError("insufficient funds")
+        raise Reject("insufficient funds")
     row["balance"] -= amount
     tables.accounts.put(_applied(row, event))
 
@@ -69,7 +69,7 @@ def withdrawn(event: Event, tables) -> None:
 def account_closed(event: Event, tables) -> None:
     row = _open_account(event, tables)
     if row["balance"] != 0:
-        raise HandlerError(f"balance is {row['balance']}, not 0")
+        raise Reject(f"balance is {row['balance']}, not 0")
     row["status"] = "closed"
     tables.accounts.put(_applied(row, event))
 

@@ -1,0 +1,141 @@
+"""Which views run: every `View` defined at module level in the modules named by INORDER_VIEWS.
+
+INORDER_VIEWS is a comma-separated list of importable module or package names (default: the
+repository's `views` package); for a package, every module inside it counts. The CLI, the Dagster
+code location, rebuild and the executors all take their views from `load_views`, so they see
+the same set. A set that cannot run together is refused with one line (`ViewDeclarationError`)
+before anything touches the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from pipelines.store import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES
+from pipelines.view import View
+
+VIEWS_VARIABLE = "INORDER_VIEWS"
+DEFAULT_MODULES = ("views",)
+# Dagster asset keys of the engine's own assets: a view of that name would take its key
+RESERVED_VIEW_NAMES = frozenset({"event_batches", "errors", "gaps"})
+
+
+class ViewDeclarationError(ValueError):
+    """The views cannot be loaded or cannot run together (the message is one line)."""
+
+
+@dataclass(frozen=True)
+class FoundView:
+    view: View
+    module: str  # where it is defined at module level
+
+
+def view_module_names(spec: str | None = None) -> tuple[str, ...]:
+    """The module names in `spec` (default: INORDER_VIEWS, else the `views` package)."""
+    text = os.environ.get(VIEWS_VARIABLE, "") if spec is None else spec
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    return names or DEFAULT_MODULES
+
+
+def load_views(spec: str | None = None) -> tuple[View, ...]:
+    """The views of the modules in `spec` (default: INORDER_VIEWS), checked to run together."""
+    return _load(view_module_names(spec))
+
+
+@functools.lru_cache(maxsize=None)
+def _load(names: tuple[str, ...]) -> tuple[View, ...]:
+    found: dict[int, FoundView] = {}  # a view imported into a second module is the same view, found once
+    for name in names:
+        for module in _modules(name):
+            for f in _views_in(module):
+                found.setdefault(id(f.view), f)
+    if not found:
+        raise ViewDeclarationError(f"no View is defined at module level in {', '.join(names)} "
+                                   f"(set {VIEWS_VARIABLE} to the modules that hold your views)")
+    check_views(list(found.values()))
+    return tuple(f.view for f in found.values())
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # the user's code: say which module and why, in one line
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ViewDeclarationError(f"cannot import view module {name!r}: {type(exc).__name__}: {detail}") from exc
+
+
+def _modules(name: str) -> list[ModuleType]:
+    """The module, or for a package the package and every module inside it (sub-packages included),
+    in name order."""
+    module = _import(name)
+    if not hasattr(module, "__path__"):
+        return [module]
+    inside = sorted(info.name for info in pkgutil.walk_packages(module.__path__, prefix=f"{name}.",
+                                                               onerror=_import))
+    return [module, *(_import(sub) for sub in inside)]
+
+
+def _views_in(module: ModuleType) -> list[FoundView]:
+    return [FoundView(value, module.__name__) for value in vars(module).values() if isinstance(value, View)]
+
+
+def check_views(found: list[FoundView]) -> None:
+    """Refuse, with one line, a set of (distinct) views that cannot run side by side in one store."""
+    by_name: dict[str, FoundView] = {}
+    table_owner: dict[str, FoundView] = {}
+    for f in found:
+        view = f.view
+        if view.name in by_name:
+            raise ViewDeclarationError(f"two views are named {view.name!r} ({by_name[view.name].module} and "
+                                       f"{f.module}): view names must be unique")
+        by_name[view.name] = f
+        if view.name in RESERVED_VIEW_NAMES:
+            raise ViewDeclarationError(f"view {view.name!r} ({f.module}) takes the name of an engine asset "
+                                       f"({', '.join(sorted(RESERVED_VIEW_NAMES))}): rename it")
+        for table in view.tables:
+            if table.name in RESERVED_TABLE_NAMES:
+                what = "an engine table" if table.name in ENGINE_TABLE_NAMES else "a name the engine uses"
+                raise ViewDeclarationError(f"view {view.name!r} ({f.module}) declares table {table.name!r}, {what} "
+                                           f"(reserved: {', '.join(sorted(RESERVED_TABLE_NAMES))}): rename it")
+            if table.name in table_owner:
+                other = table_owner[table.name]
+                raise ViewDeclarationError(f"views {other.view.name!r} ({other.module}) and {view.name!r} ({f.module}) "
+                                           f"both declare table {table.name!r}: a table belongs to one view")
+            table_owner[table.name] = f
+        tables = {t.name: t for t in view.tables}
+        for e in view.expectations:
+            if e.table not in tables:
+                raise ViewDeclarationError(f"view {view.name!r}: expectation {e.rule} names table {e.table!r}, "
+                                           f"which the view does not declare ({', '.join(tables)})")
+            unknown = [c for c in e.columns if c not in tables[e.table].columns]
+            if unknown:
+                raise ViewDeclarationError(f"view {view.name!r}: expectation {e.rule} on {e.table} names column "
+                                           f"{unknown[0]!r}, which table {e.table} does not have")
+
+
+class UnknownView(LookupError):
+    """A command named a view that is not among the loaded ones."""
+
+
+def view_named(views: tuple[View, ...] | list[View], name: str) -> View:
+    for view in views:
+        if view.name == name:
+            return view
+    raise UnknownView(f"no view named {name!r} (known: {', '.join(v.name for v in views)})")
+
+
+def module_sources(spec: str | None = None) -> list[Path]:
+    """The files or package folders that hold the view modules (what executors that do not share this
+    machine need, beside `pipelines/`): for `shop.views`, the whole top-level package `shop`."""
+    sources: dict[Path, None] = {}
+    for name in view_module_names(spec):
+        top = _import(name.split(".")[0])
+        path = Path(top.__file__).resolve()
+        sources[path.parent if path.name == "__init__.py" else path] = None
+    return list(sources)

@@ -1,0 +1,161 @@
+"""Views are discovered from INORDER_VIEWS, and a set that cannot run together is refused in one line."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipelines import registry
+from pipelines.registry import ViewDeclarationError, load_views, module_sources, view_module_names
+from pipelines.store import RESERVED_TABLE_NAMES
+
+INORDER = str(Path(sys.executable).with_name("inorder"))
+_names = (f"userviews{i}" for i in itertools.count())  # a fresh module name per use: imports are cached
+
+VIEW_TEMPLATE = """
+from pipelines.view import Table, View, not_null
+
+{name} = View(name={view!r}, subscribes=("thing",), tables=(
+    Table({table!r}, columns={{"thing_id": "VARCHAR", "n": "BIGINT"}}, primary_key=("thing_id",),
+          stream_key="thing_id"),), handlers={{}}, expectations=tuple({expectations}))
+"""
+
+
+def view_source(view: str, table: str, name: str = "VIEW", expectations: str = "()") -> str:
+    return VIEW_TEMPLATE.format(name=name, view=view, table=table, expectations=expectations)
+
+
+def write_module(root: Path, files: dict[str, str]) -> str:
+    """Write a package (or a single module when `files` has one key ending in .py) under a fresh name."""
+    name = next(_names)
+    if list(files) == ["module.py"]:
+        (root / f"{name}.py").write_text(files["module.py"])
+        return name
+    for relative, text in {"__init__.py": "", **files}.items():
+        path = root / name / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return name
+
+
+@pytest.fixture
+def user_root(tmp_path, monkeypatch):
+    root = tmp_path / "outside"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+def test_the_default_is_the_bank_package_and_the_variable_is_read(monkeypatch):
+    monkeypatch.delenv("INORDER_VIEWS", raising=False)
+    assert view_module_names() == ("views",)
+    assert sorted(v.name for v in load_views()) == ["account_activity", "accounts", "daily_totals"]
+    monkeypatch.setenv("INORDER_VIEWS", " shop.views , billing.views,shop.views ")
+    assert view_module_names() == ("shop.views", "billing.views")
+
+
+def test_every_module_of_a_package_contributes_its_views_once(user_root):
+    package = write_module(user_root, {
+        "a.py": view_source("alpha", "alpha_rows"),
+        "nested/__init__.py": "",
+        "nested/b.py": view_source("beta", "beta_rows", name="BETA") + "\nALIAS = BETA\n",
+        "helpers.py": "def util():\n    return 1\n",
+    })
+    # the same view imported into another module is found once
+    (user_root / package / "reexport.py").write_text(f"from {package}.a import VIEW\n")
+    single = write_module(user_root, {"module.py": view_source("gamma", "gamma_rows")})
+    views = load_views(f"{package},{single}")
+    assert [v.name for v in views] == ["alpha", "beta", "gamma"]
+    assert module_sources(f"{package},{single}") == [user_root / package, user_root / f"{single}.py"]
+
+
+def refusal(user_root: Path, *sources: str) -> str:
+    modules = [write_module(user_root, {"module.py": text}) for text in sources]
+    with pytest.raises(ViewDeclarationError) as caught:
+        load_views(",".join(modules))
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_two_views_with_one_name_are_refused(user_root):
+    assert "two views are named 'dup'" in refusal(user_root, view_source("dup", "t1"), view_source("dup", "t2"))
+
+
+def test_two_views_declaring_one_table_are_refused(user_root):
+    message = refusal(user_root, view_source("one", "shared"), view_source("two", "shared"))
+    assert "both declare table 'shared'" in message
+
+
+@pytest.mark.parametrize("table", sorted(RESERVED_TABLE_NAMES))
+def test_a_table_named_like_an_engine_table_or_temporary_table_is_refused(user_root, table):
+    assert f"declares table {table!r}" in refusal(user_root, view_source("mine", table))
+
+
+@pytest.mark.parametrize("name", sorted(registry.RESERVED_VIEW_NAMES))
+def test_a_view_named_like_an_engine_asset_is_refused(user_root, name):
+    assert "takes the name of an engine asset" in refusal(user_root, view_source(name, "rows_of_" + name))
+
+
+@pytest.mark.parametrize("expectations, says", [
+    ('not_null("nope", "n")', "names table 'nope'"),
+    ('not_null("mine_rows", "nope")', "names column 'nope'"),
+])
+def test_an_expectation_on_a_missing_table_or_column_is_refused(user_root, expectations, says):
+    assert says in refusal(user_root, view_source("mine", "mine_rows", expectations=expectations))
+
+
+def test_a_module_that_fails_to_import_or_holds_no_view_is_refused(user_root):
+    assert "cannot import view module 'no_such_module_here'" in str(
+        pytest.raises(ViewDeclarationError, load_views, "no_such_module_here").value)
+    assert "ZeroDivisionError" in refusal(user_root, "x = 1 / 0\n")
+    assert "no View is defined" in refusal(user_root, "x = 1\n")
+
+
+def test_engine_temporary_tables_are_all_reserved():
+    """Every temporary table or view the engine creates on the store's connection is in the reserved set."""
+    import re
+
+    source = "\n".join(p.read_text() for p in Path("pipelines").glob("*.py"))
+    created = set(re.findall(r"TEMP (?:TABLE|VIEW) (\w+)", source)) | set(re.findall(r'register\("(\w+)"', source))
+    assert created and created <= RESERVED_TABLE_NAMES
+
+
+def test_the_cli_refuses_bad_views_in_one_line_and_writes_nothing(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "clash_views.py").write_text(view_source("one", "shared") + view_source("two", "shared", name="B"))
+    home = tmp_path / "home"
+    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "clash_views",
+           "PYTHONPATH": os.pathsep.join([str(outside), os.environ.get("PYTHONPATH", "")])}
+    env.pop("INORDER_DEBUG", None)
+    for command in (["run"], ["status"], ["rebuild", "one"], ["retry", "--view", "one", "--all"]):
+        done = subprocess.run([INORDER, *command], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done
+        assert done.stderr.strip().splitlines() == [
+            "inorder: error: views 'one' (clash_views) and 'two' (clash_views) both declare table 'shared': "
+            "a table belongs to one view"], done.stderr
+        assert not home.exists()  # nothing written, not even the folder
+
+
+def test_views_are_the_same_for_every_entry_point(monkeypatch):
+    """The Dagster code location builds one asset and three checks per view of INORDER_VIEWS."""
+    script = textwrap.dedent("""
+        from inorder.definitions import defs
+        graph = defs.resolve_asset_graph()
+        print(sorted(k.to_user_string() for k in graph.get_all_asset_keys()))
+        print(sorted((c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys))
+    """)
+    env = {**os.environ, "INORDER_VIEWS": "tests.helpdesk_views"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    keys, checks = done.stdout.strip().splitlines()[-2:]
+    assert eval(keys) == ["errors", "event_batches", "gaps", "helpdesk"]
+    assert eval(checks) == [("helpdesk", "conservation"), ("helpdesk", "expectations"),
+                            ("helpdesk", "watermarks_never_move_back")]
