@@ -39,7 +39,8 @@ def ticket_histories(draw) -> list[dict]:
     records = []
     for t in range(draw(st.integers(1, 3))):
         stream_id, moment = f"T-{t + 1}", START + timedelta(minutes=draw(st.integers(0, 600)))
-        cost = draw(st.one_of(st.integers(0, 500), st.decimals("0", "500", places=3)))
+        # JSON numbers with up to three places (a float's repr is that exact text): DECIMAL(10,2) rounds them
+        cost = draw(st.one_of(st.integers(0, 500), st.decimals("0", "500", places=3).map(float)))
         events = [("TicketOpened", {"title": f"ticket {t}", "priority": draw(st.integers(1, 5)),
                                     "urgent": draw(st.booleans()), "cost": cost})]
         for _ in range(draw(st.integers(0, 6))):
