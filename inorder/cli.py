@@ -38,12 +38,16 @@ def _spark():
     return spark_session
 
 
-def cmd_generate(args: argparse.Namespace) -> None:
-    from views.bank_generator import GeneratorConfig, generate
+GENERATORS = {"bank": "views.bank_generator", "shop": "shop.generator"}  # the demo domains
 
-    paths = generate(Path(args.out), GeneratorConfig(args.events, args.streams, args.batches, args.disorder,
-                                                     args.duplicates, args.gaps, args.poison, args.seed))
-    print(f"wrote {len(paths)} batch files with {args.events} events to {args.out}")
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    import importlib
+
+    generator = importlib.import_module(GENERATORS[args.domain])
+    paths = generator.generate(Path(args.out), generator.GeneratorConfig(
+        args.events, args.streams, args.batches, args.disorder, args.duplicates, args.gaps, args.poison, args.seed))
+    print(f"wrote {len(paths)} {args.domain} batch files with {args.events} events to {args.out}")
 
 
 def _views():
@@ -131,7 +135,9 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="inorder", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="write bank demo batches")
+    g = sub.add_parser("generate", help="write demo batches (the bank's, or the shop's)")
+    g.add_argument("--domain", choices=sorted(GENERATORS), default="bank",
+                   help="bank: account streams (views/); shop: order and customer streams (shop/views/)")
     g.add_argument("--out", required=True)
     g.add_argument("--events", type=int, default=10_000)
     g.add_argument("--streams", type=int, default=100)

@@ -16,7 +16,7 @@ from pipelines.faults import crash_point
 from pipelines.view import Event, Table, View
 
 _MISSING = object()
-_NUMBERS = (int, float, Decimal)  # exact types: bool is not a number here
+_NUMBERS = frozenset((int, float, Decimal))  # exact classes: bool is not a number here
 _TRACEBACK_LIMIT = 8000
 
 
@@ -127,7 +127,8 @@ class AppendRows:
 class AggregateIncrements:
     """Commutative increments to a table shared by all streams, summed per key."""
 
-    __slots__ = ("table", "sums", "_journal", "_key_cols", "_key_set", "_converters", "_checks", "_lookup")
+    __slots__ = ("table", "sums", "_journal", "_key_cols", "_key_set", "_converters", "_checks", "_lookup",
+                 "_single_key", "_key_class", "_exact")
 
     def __init__(self, table: Table, sums: dict, journal: list) -> None:
         self.table = table
@@ -138,28 +139,36 @@ class AggregateIncrements:
         self._converters = table.value_converters
         self._checks = table.sum_checks
         self._lookup = _key_function(table)
+        self._single_key = table.primary_key[0] if len(table.primary_key) == 1 else None
+        self._key_class = _EXACT_KEY_TYPES.get(table.columns[table.primary_key[0]]) if self._single_key else None
+        # per value column, the class an increment needs no conversion for (a DECIMAL is always rounded)
+        self._exact = {c: {"BIGINT": int, "INTEGER": int, "DOUBLE": float}.get(t) for c, t in table.columns.items()
+                       if c in self._converters}
 
     def add(self, key: dict, **increments: Any) -> None:
         if key.keys() != self._key_set:
             raise ValueError(f"{self.table.name}: key must have exactly {list(self._key_cols)}")
-        converters = self._converters
-        if not increments.keys() <= converters.keys():
-            raise ValueError(f"{self.table.name}: unknown columns {sorted(increments.keys() - converters.keys())}")
-        for column, amount in increments.items():
-            if amount is None or type(amount) not in _NUMBERS:
-                raise TypeError(f"{self.table.name}.{column}: increment must be a number, got {amount!r}")
-        k = self._lookup(tuple(key[c] for c in self._key_cols))
+        if self._single_key is not None and key[self._single_key].__class__ is self._key_class:
+            k = key[self._single_key]
+        else:
+            k = self._lookup(tuple(key[c] for c in self._key_cols))
         current = self.sums.get(k)
         merged = {} if current is None else dict(current)
-        checks = self._checks
+        converters, checks, exact = self._converters, self._checks, self._exact
         for column, amount in increments.items():
             # each sum is held in its column's type, and a sum too large for it fails this handler, not the commit
-            value = converters[column](amount)
+            if amount.__class__ is not exact.get(column):
+                convert = converters.get(column)
+                if convert is None:
+                    raise ValueError(f"{self.table.name}: unknown column {column!r}")
+                if amount.__class__ not in _NUMBERS:
+                    raise TypeError(f"{self.table.name}.{column}: increment must be a number, got {amount!r}")
+                amount = convert(amount)
             total = merged.get(column)
             if total is not None:
-                value += total
-                checks[column](value)
-            merged[column] = value
+                amount += total
+            checks[column](amount)
+            merged[column] = amount
         self._journal.append((self.sums, k, _MISSING if current is None else current))
         self.sums[k] = merged
 

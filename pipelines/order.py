@@ -49,6 +49,7 @@ class PassOutput:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, int, str], int] = {}
+        self.fatal = 0  # handler bugs of on_bug="fail" views: the pass must not be committed
         # (kind, view, stream, entry, name, data, message or None)
         self.records: list[tuple[str, str, str, int, str, Any, Message | None]] = []
 
@@ -111,6 +112,7 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
                     if policy != "skip":  # the message stays buffered: an operator decides (or the run fails)
                         if policy == "fail":
                             out.emit("fatal", name, stream_id, entry.entry_idx, "handler_bug", error, msg)
+                            out.fatal += 1
                         state.parked, state.attempts = True, attempt
                         break
                 done[outcome] += 1

@@ -9,6 +9,7 @@ then commits everything in one read-store transaction (pipelines/commit.py).
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import shutil
 import time
@@ -51,6 +52,7 @@ OUTPUT_SCHEMA = pa.schema([
 _SPARK_TYPES = {pa.string(): "string", pa.int64(): "long"}
 _OUTPUT_SPARK_SCHEMA = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in OUTPUT_SCHEMA)
 _FLUSH_EVERY = 20_000
+FATAL_METRIC = "fatal"  # how many "fatal" records a partition wrote (read with the summary, not the data)
 
 
 def json_default(value: Any) -> Any:
@@ -261,8 +263,25 @@ def _output_batch(records: list[tuple]) -> pa.RecordBatch:
 
 def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str, View],
                               entries: dict[str, list[PassEntry]], first_seq: int) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: rows arrive sorted by (stream_id, rec_type, view, entry_idx, line), so a stream's
-    state and pending rows (one set per view) come first, then its new messages, each once."""
+    """mapInArrow body (see `_order_and_apply`), with Python's cyclic garbage collector paused.
+
+    The walk allocates a few objects per message (messages, events, rows) and makes no reference
+    cycles of its own, so the collector's generation scans, triggered by allocation counts, would
+    only re-scan live messages; a young-generation collection at each output flush still frees any
+    cycle a handler makes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield from _order_and_apply(batches, views, entries, first_seq)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
+                     entries: dict[str, list[PassEntry]], first_seq: int) -> Iterator[pa.RecordBatch]:
+    """Rows arrive sorted by (stream_id, rec_type, view, entry_idx, line), so a stream's state and
+    pending rows (one set per view) come first, then its new messages, each once."""
     out = PassOutput()
     aggregates: dict[str, dict[str, dict]] = {}
     stream_id: str | None = None
@@ -310,6 +329,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
                     if len(out.records) >= _FLUSH_EVERY:
                         yield _output_batch(out.records)
                         out.records.clear()
+                        gc.collect(1)
                 stream_id, states, pending, new, new_views = stream_col[start], {}, {}, [], []
             i = start
             while i < end and rec_col[i] != NEW:  # a stream's state and pending rows sort first
@@ -327,6 +347,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
     out.emit("metric", "", "", 0, "walk_us", int(walk_seconds * 1e6))
     # CPU time too: on a busy machine the JVM takes cores from the walk, which inflates its wall time
     out.emit("metric", "", "", 0, "walk_cpu_us", int(walk_cpu_seconds * 1e6))
+    out.emit("metric", "", "", 0, FATAL_METRIC, out.fatal)
     for view_name, tables in aggregates.items():
         for table_name, sums in tables.items():
             if sums:
@@ -364,8 +385,12 @@ class PassResult:
             return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
         return pq.read_table(self.folder, columns=columns, filters=[("kind", "in", kinds)])
 
-    def fatal(self) -> list[dict]:
-        """Handler bugs of views with on_bug="fail": the pass must not be committed."""
+    def fatal(self, summary: pa.Table) -> list[dict]:
+        """Handler bugs of views with on_bug="fail" (the pass must not be committed); the pass's data is
+        read only when its `summary` counts some."""
+        metrics = summary.filter(pc.and_(pc.equal(summary["kind"], "metric"), pc.equal(summary["name"], FATAL_METRIC)))
+        if not pc.sum(metrics["n"]).as_py():
+            return []
         columns = ["view", "stream_id", "seq", "data"]
         if self.folder is None:
             table = self.table.filter(pc.equal(self.table["kind"], "fatal")).select(columns)

@@ -92,11 +92,12 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
         started = time.perf_counter()
         out = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
         spark_done = time.perf_counter()
-        refuse_failed_pass(out)
+        summary = out.summary()
+        refuse_failed_pass(out, summary)
         crash_point("project.ordered")
         commit_pass(store, list(selected), plan, out, subscribed)
         crash_point("project.committed")
-        stats.add(out.summary())
+        stats.add(summary)
         shutil.rmtree(pass_folder(home), ignore_errors=True)
         stats.spark_seconds += spark_done - started
         stats.commit_seconds += time.perf_counter() - spark_done
@@ -110,8 +111,8 @@ class HandlerBugFailure(RuntimeError):
     """A handler of a view with on_bug="fail" raised: the pass is not committed."""
 
 
-def refuse_failed_pass(out: PassResult) -> None:
-    failures = out.fatal()
+def refuse_failed_pass(out: PassResult, summary: pa.Table) -> None:
+    failures = out.fatal(summary)
     if failures:
         first = failures[0]
         raise HandlerBugFailure(

@@ -239,30 +239,29 @@ class Table:
                  "_HALF_UP": ROUND_HALF_UP}
         body = ["def normalise_row(row):",
                 "    if not row.keys() <= _columns: _unknown(_table, row)",
-                "    out = {}"]
+                "    get = row.get"]
+        items = []
         for i, (column, sql_type) in enumerate(self.columns.items()):
-            convert = f"_c{i}"
+            v, convert = f"v{i}", f"_c{i}"
             names[convert] = column_converter(sql_type, nullable=column not in self.key_set,
                                               where=f"{self.name}.{column}")
-            body.append(f"    v = row.get({column!r})")
+            body.append(f"    {v} = get({column!r})")
             if sql_type in ("BIGINT", "INTEGER"):
                 low, high = _INT_RANGE[sql_type]
-                body.append(f"    out[{column!r}] = v if v.__class__ is int and {low} <= v <= {high} else {convert}(v)")
+                value = f"{v} if {v}.__class__ is int and {low} <= {v} <= {high} else {convert}({v})"
             elif sql_type in _EXACT_TYPES:
                 names[f"_t{i}"] = _EXACT_TYPES[sql_type]
-                finite = " and v - v == 0.0" if sql_type == "DOUBLE" else ""
-                body.append(f"    out[{column!r}] = v if v.__class__ is _t{i}{finite} else {convert}(v)")
+                finite = f" and {v} - {v} == 0.0" if sql_type == "DOUBLE" else ""
+                value = f"{v} if {v}.__class__ is _t{i}{finite} else {convert}({v})"
             elif sql_type.startswith("DECIMAL"):  # no cheap test of a Decimal's scale: always rounded to it
                 precision, scale = map(int, sql_type[8:-1].split(","))
                 names[f"_q{i}"] = Decimal(1).scaleb(-scale)
-                body += [f"    if v.__class__ is _Decimal:",
-                         f"        v = v.quantize(_q{i}, _HALF_UP)",
-                         f"        out[{column!r}] = {convert}(v) if v and v.adjusted() >= {precision - scale} else v",
-                         f"    else:",
-                         f"        out[{column!r}] = {convert}(v)"]
+                value = (f"(q if not (q := {v}.quantize(_q{i}, _HALF_UP)) or q.adjusted() < {precision - scale} "
+                         f"else {convert}(q)) if {v}.__class__ is _Decimal else {convert}({v})")
             else:
-                body.append(f"    out[{column!r}] = {convert}(v)")
-        body.append("    return out")
+                value = f"{convert}({v})"
+            items.append(f"{column!r}: {value}")
+        body.append("    return {" + ", ".join(items) + "}")
         exec("\n".join(body), names)  # noqa: S102 - code built from validated identifiers only
         return names["normalise_row"]
 

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Installs everything, generates bank demo batches with disorder, duplicates, conflicts, gaps and
-# poison messages, ingests and projects them, lets open gaps time out, delivers a straggler batch
-# (whose messages for skipped gaps are now late), and prints the per-view summary.
+# Installs everything, generates demo batches with disorder, duplicates, conflicts, gaps and poison
+# messages, ingests and projects them, lets open gaps time out, delivers a straggler batch (whose
+# messages for skipped gaps are now late), and prints the per-view summary.
+# DOMAIN=bank (default: the bank's views/) or DOMAIN=shop (the online shop's shop/views/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export INORDER_HOME="${INORDER_HOME:-$PWD/.inorder/demo}"
+DOMAIN="${DOMAIN:-bank}"
+case "$DOMAIN" in
+  bank) export INORDER_VIEWS="${INORDER_VIEWS:-views}"; DEFAULT_HOME="$PWD/.inorder/demo" ;;
+  shop) export INORDER_VIEWS="${INORDER_VIEWS:-shop.views}"; DEFAULT_HOME="$PWD/.inorder/demo-shop" ;;
+  *) echo "DOMAIN must be bank or shop, not '$DOMAIN'" >&2; exit 2 ;;
+esac
+export INORDER_HOME="${INORDER_HOME:-$DEFAULT_HOME}"
 EVENTS="${EVENTS:-50000}"
 rm -rf "$INORDER_HOME"
 mkdir -p "$INORDER_HOME/landing" "$INORDER_HOME/staging"
 . .venv/bin/activate
-inorder generate --out "$INORDER_HOME/staging" --events "$EVENTS" --streams $((EVENTS / 50 + 1)) --batches 9 \
+inorder generate --domain "$DOMAIN" --out "$INORDER_HOME/staging" --events "$EVENTS" --streams $((EVENTS / 50 + 1)) --batches 9 \
   --disorder 0.1 --duplicates 0.02 --gaps 0.005 --poison 0.005 --seed 7
 mv "$INORDER_HOME"/staging/batch-0000[1-8].jsonl "$INORDER_HOME/landing/"
 echo "--- run 1: ingest and project batches 1-8 at logical time 2026-11-02T00:00:00Z"

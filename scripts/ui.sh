@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs everything, makes the demo data if there is none, and opens the Dagster UI on it
+# Installs everything, makes the demo data if there is none (DOMAIN=bank|shop), and opens the Dagster UI on it
 # (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME). Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export INORDER_HOME="${INORDER_HOME:-$PWD/.inorder/demo}"
+DOMAIN="${DOMAIN:-bank}"  # as in scripts/demo.sh: bank or shop
+[ "$DOMAIN" = shop ] && export INORDER_VIEWS="${INORDER_VIEWS:-shop.views}"
+export INORDER_HOME="${INORDER_HOME:-$PWD/.inorder/demo$([ "$DOMAIN" = shop ] && echo -shop)}"
 if [ ! -e "$INORDER_HOME/store.duckdb" ]; then
-  INORDER_HOME="$INORDER_HOME" bash scripts/demo.sh
+  INORDER_HOME="$INORDER_HOME" DOMAIN="$DOMAIN" bash scripts/demo.sh
 fi
 . .venv/bin/activate
 export DAGSTER_HOME="${DAGSTER_HOME:-$INORDER_HOME/dagster}"

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -159,3 +160,38 @@ def test_cluster_executors_get_messages_and_code_shipped(runs, cluster, name):
         assert str(home.archive) not in text, f"{name} app {app} read the driver's archive files"
     for app in passes:
         assert shipped_code(cluster, app), f"inorder's code was not shipped to the executors of {name} app {app}"
+
+
+def test_a_view_module_outside_the_repository_is_shipped_to_the_executors(runs, cluster, tmp_path):
+    """INORDER_VIEWS names a module only the driver has (on its PYTHONPATH): cluster executors get it
+    with the engine's code, and give the local store. (After `runs`: the workers' cores are free.)"""
+    from tests.test_own_views import REPO, ticket_records
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.copy(REPO / "tests" / "helpdesk_views.py", outside / "helpdesk_views.py")
+    lines = "".join(json.dumps(r) + "\n" for r in ticket_records())
+    stores = {}
+    for name, master in (("local", "local[2]"), ("standalone", cluster.master_url)):
+        root = tmp_path / name
+        (root / "landing").mkdir(parents=True)
+        (root / "landing" / "tickets.jsonl").write_text(lines)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
+        env.update(INORDER_HOME=str(root), INORDER_SPARK_MASTER=master, PYSPARK_PYTHON=sys.executable,
+                   INORDER_VIEWS="helpdesk_views", PYTHONPATH=str(outside),
+                   INORDER_SPARK_CONF=json.dumps(chain_conf(root / "events")))
+        done = subprocess.run([INORDER, "run", "--now", "2026-03-05T00:00:00Z"], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=outside)
+        assert done.returncode == 0, f"{name}: {done.stderr[-4000:]}"
+        con = duckdb.connect(str(root / "store.duckdb"), read_only=True)
+        try:
+            stores[name] = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                            for t in ("tickets", "ticket_log", "ticket_days")}
+        finally:
+            con.close()
+    assert stores["standalone"] == stores["local"] and stores["local"]["tickets"]
+    apps = [app for app, text in event_logs(tmp_path / "standalone" / "events").items() if "MapInArrow" in text]
+    assert apps and all(shipped_code(cluster, app) for app in apps)
+    for app in apps:
+        (code,) = shipped_code(cluster, app)[:1]
+        assert "helpdesk_views.py" in zipfile.ZipFile(code).namelist()

@@ -95,6 +95,18 @@ def test_a_module_outside_the_repository_runs_through_the_cli_the_same_in_one_ru
     assert (t2[6], t2[7], str(t2[5])) == (2, 25.0, "96.25")  # opened Mar 2 03:00 UTC, replies 25 h and 2 days on
     assert refusals == [("T-3", "reject")] and parked == [("T-3",)]  # on_error="park"
 
+    # the runs went through the Dagster code location: the user's view is an asset, and its checks ran
+    import dagster as dg
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    instance = dg.DagsterInstance.from_config(str(many / "dagster"))
+    assert instance.get_latest_materialization_event(dg.AssetKey("helpdesk")) is not None
+    for check in ("conservation", "expectations", "watermarks_never_move_back"):
+        key = dg.AssetCheckKey(dg.AssetKey("helpdesk"), check)
+        execution = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        assert execution.status == AssetCheckExecutionRecordStatus.SUCCEEDED, check
+        assert execution.evaluation.passed, check
+
 
 def test_the_readme_tutorial_runs_as_written(tmp_path):
     """The README's "Write your own view": its module and its replay test, copied out and run."""

@@ -53,3 +53,18 @@ def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
     monkeypatch.setenv("INORDER_SHIP_CODE", "0")
     other = SimpleNamespace(sparkContext=SimpleNamespace(master="yarn", addPyFile=added.append))
     assert sp.ship_code(other) is None and len(added) == 1
+
+
+def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypatch, tmp_path):
+    """A user's module outside the repository goes in the executors' zip (the whole top-level package)."""
+    (tmp_path / "carrier").mkdir()
+    (tmp_path / "carrier" / "__init__.py").write_text("")
+    (tmp_path / "carrier" / "views.py").write_text(
+        "from pipelines.view import Table, View\n"
+        "V = View('carrier', (Table('parcels', {'parcel_id': 'VARCHAR'}, ('parcel_id',), stream_key='parcel_id'),),"
+        " ('parcel',))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("INORDER_VIEWS", "carrier.views")
+    names = zipfile.ZipFile(sp.code_zip()).namelist()
+    assert {"pipelines/project.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
+    assert "views/accounts.py" not in names  # the bank's views are not this deployment's
