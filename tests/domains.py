@@ -5,3 +5,4 @@ from __future__ import annotations
 from pipelines.registry import load_views
 
 BANK_VIEWS = load_views("views")
+SHOP_VIEWS = load_views("shop.views")

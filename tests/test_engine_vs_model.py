@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from tests.harness import assert_same_store, fresh_home, read_store, run_entries
 from tests.reference_model import Entry, run_model
 from tests.strategies import resplit, scenarios
-from tests.domains import BANK_VIEWS
+from tests.domains import BANK_VIEWS, SHOP_VIEWS
+from tests.shop_strategies import shop_scenarios
 from views import accounts as accounts_view
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
@@ -31,6 +32,13 @@ def engine_store(spark, views, entries):
 @given(entries=scenarios(max_streams=3, max_events=25))
 def test_engine_matches_reference_model(spark, entries):
     assert_same_store(engine_store(spark, BANK_VIEWS, entries), run_model(entries, BANK_VIEWS))
+
+
+@SETTINGS
+@given(entries=shop_scenarios(max_streams=4, max_events=30))
+def test_engine_matches_reference_model_on_the_shop(spark, entries):
+    """The second domain: order and customer streams, a view on both, every column type and table kind."""
+    assert_same_store(engine_store(spark, SHOP_VIEWS, entries), run_model(entries, SHOP_VIEWS))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))

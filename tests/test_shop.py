@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.registry import load_views
+from tests.domains import SHOP_VIEWS
 from pipelines.testing import replay
 from shop.generator import GeneratorConfig, generate, poison_changes, poisoned
 from shop.views.orders import ORDERS
@@ -25,7 +25,6 @@ from tests.reference_model import Entry, Model, run_model
 from tests.shop_strategies import resplit, shop_scenarios
 from tests.test_reference_model import assert_conserved
 
-SHOP_VIEWS = load_views("shop.views")
 SHOP_TABLES = tuple(t.name for v in SHOP_VIEWS for t in v.tables)
 UTC = timezone.utc
 
