@@ -34,7 +34,7 @@ def test_engine_matches_reference_model(spark, entries):
     assert_same_store(engine_store(spark, BANK_VIEWS, entries), run_model(entries, BANK_VIEWS))
 
 
-@SETTINGS
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=shop_scenarios(max_streams=4, max_events=30))
 def test_engine_matches_reference_model_on_the_shop(spark, entries):
     """The second domain: order and customer streams, a view on both, every column type and table kind."""
