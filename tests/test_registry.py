@@ -122,7 +122,8 @@ def test_engine_temporary_tables_are_all_reserved():
     """Every temporary table or view the engine creates on the store's connection is in the reserved set."""
     import re
 
-    source = "\n".join(p.read_text() for p in Path("pipelines").glob("*.py"))
+    engine = Path(registry.__file__).parent
+    source = "\n".join(p.read_text() for p in engine.glob("*.py"))
     created = set(re.findall(r"TEMP (?:TABLE|VIEW) (\w+)", source)) | set(re.findall(r'register\("(\w+)"', source))
     assert created and created <= RESERVED_TABLE_NAMES
 
