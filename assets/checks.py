@@ -74,7 +74,7 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
     @dg.asset_check(asset=view.name, name="expectations",
                     description=f"Great Expectations suite from the declared expectations of {view.name}")
     def expectations(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open(inorder_home(read_store, folders), ALL_VIEWS) as store:
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
             evaluated, failures = validate_view(store, view)
         return dg.AssetCheckResult(passed=not failures, metadata={
             "expectations": dg.MetadataValue.int(evaluated),
@@ -86,7 +86,7 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
                     description="DESIGN §3: selected = applied + ignored + handler_error + duplicate + late + "
                                 "conflict + pending, and records = malformed + normalised per batch")
     def conservation(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open(inorder_home(read_store, folders), ALL_VIEWS) as store:
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
             (status,) = read_status(store.con, [view]).views
             unbalanced = store.con.execute(
                 "SELECT batch_id, records, malformed, normalised FROM inorder.batches "
@@ -104,7 +104,7 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
     @dg.asset_check(asset=view.name, name="watermarks_never_move_back",
                     description="No stream's last_seq is below the value it had before its latest commit")
     def watermarks_monotonic(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open(inorder_home(read_store, folders), ALL_VIEWS) as store:
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
             count, = store.con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ? "
                                        "AND last_seq < prev_last_seq", [view.name]).fetchone()
             sample = store.con.execute(

@@ -21,7 +21,7 @@ def _counts(store: Store, sql: str) -> dict[str, int]:
           description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
                       "and the rejected batch files of the ingest log.")
 def errors(read_store: ReadStoreResource, folders: FoldersResource) -> dg.MaterializeResult:
-    with Store.open(inorder_home(read_store, folders), ALL_VIEWS) as store:
+    with Store.open_read_only(inorder_home(read_store, folders)) as store:
         by_kind = _counts(store, "SELECT kind, count(*) FROM inorder.errors GROUP BY ALL ORDER BY 1")
         by_view_kind = _counts(store, "SELECT coalesce(view, '(ingest)') || ' / ' || kind, count(*) "
                                       "FROM inorder.errors GROUP BY ALL ORDER BY 1")
@@ -43,7 +43,7 @@ def errors(read_store: ReadStoreResource, folders: FoldersResource) -> dg.Materi
 @dg.asset(deps=VIEW_KEYS, group_name="logs", kinds={"duckdb"}, pool=STORE_POOL,
           description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why.")
 def gaps(read_store: ReadStoreResource, folders: FoldersResource) -> dg.MaterializeResult:
-    with Store.open(inorder_home(read_store, folders), ALL_VIEWS) as store:
+    with Store.open_read_only(inorder_home(read_store, folders)) as store:
         by_view_reason = _counts(store, "SELECT view || ' / ' || reason, count(*) FROM inorder.gaps "
                                         "GROUP BY ALL ORDER BY 1")
         missing = store.con.execute(

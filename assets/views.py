@@ -61,7 +61,7 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                           progress=context.log.info)
     context.log.info(f"{stats.entries} entries in {stats.passes} passes, {stats.handler_calls} handler calls, "
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
-    with Store.open(home, ALL_VIEWS) as store:
+    with Store.open_read_only(home) as store:
         for view in selected:
             yield dg.MaterializeResult(
                 asset_key=view.name,

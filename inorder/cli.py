@@ -105,6 +105,35 @@ def cmd_errors(args: argparse.Namespace) -> None:
     print(f"{len(rows)} errors shown (limit {args.limit})", file=sys.stderr)
 
 
+def cmd_query(args: argparse.Namespace) -> None:
+    import csv
+    import json
+
+    from pipelines.status import open_read_only
+
+    con = open_read_only(Home.from_env())  # waits while a run holds the file, like every reader
+    try:
+        cursor = con.execute(args.sql)
+        names = [d[0] for d in cursor.description or ()]
+        rows = cursor.fetchall()
+    finally:
+        con.close()
+    if args.format == "json":
+        print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
+    elif args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows(rows)
+    else:
+        cells = [names, *[["NULL" if v is None else str(v) for v in row] for row in rows]]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(names))]
+        for i, row in enumerate(cells):
+            print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+            if i == 0:
+                print("  ".join("-" * w for w in widths))
+        print(f"({len(rows)} rows)", file=sys.stderr)
+
+
 def cmd_operator(args: argparse.Namespace) -> None:
     from pipelines.registry import view_named
     from pipelines.run import operator_action
@@ -152,6 +181,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
     r.set_defaults(func=cmd_run)
     sub.add_parser("status", help="per-view summary").set_defaults(func=cmd_status)
+    q = sub.add_parser("query", help="run one read-only SQL query on the store (waits while a run holds it)")
+    q.add_argument("sql")
+    q.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    q.set_defaults(func=cmd_query)
     e = sub.add_parser("errors", help="list the error log")
     e.add_argument("--view")
     e.add_argument("--kind", choices=("malformed", "handler_error", "late", "conflict"))

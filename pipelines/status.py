@@ -7,7 +7,7 @@ from typing import Sequence
 
 import duckdb
 
-from pipelines.store import OUTCOME_COLUMNS, Home, us_from_utc
+from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
 from pipelines.view import View
 
 
@@ -96,11 +96,8 @@ def newest_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, limit
 
 
 def open_read_only(home: Home) -> duckdb.DuckDBPyConnection:
-    if not home.database.exists():
-        raise FileNotFoundError(f"no read store at {home.database}: run `inorder run` first")
-    con = duckdb.connect(str(home.database), read_only=True)
-    con.execute("SET TimeZone = 'UTC'")
-    return con
+    """A read-only connection, waiting (up to INORDER_LOCK_WAIT) while a run holds the file."""
+    return Store.open_read_only(home).con
 
 
 def format_status(status: StoreStatus) -> str:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import duckdb
 
@@ -100,6 +102,8 @@ class Home:
     archive_dir: Path | None = None
     database_path: Path | None = None
     lock_wait_seconds: float = 0.0  # how long a writer waits for another to finish before failing
+    # how long opening the DuckDB file waits while another process (a reader, say) holds it
+    file_wait_seconds: float = field(default_factory=lambda: float(os.environ.get("INORDER_LOCK_WAIT", "120")))
 
     @classmethod
     def from_env(cls, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
@@ -148,6 +152,41 @@ def take_lock(path: Path, wait_seconds: float, busy_message: str) -> int:
             time.sleep(0.2)
 
 
+_HOLDER = re.compile(r"Conflicting lock is held in (.+?\(PID \d+\))", re.S)
+
+
+def _stderr(message: str) -> None:
+    print(f"inorder: {message}", file=sys.stderr, flush=True)
+
+
+def connect(path: Path, read_only: bool, wait_seconds: float, say: Callable[[str], None] = _stderr
+            ) -> duckdb.DuckDBPyConnection:
+    """Open the DuckDB file; while another process holds it (DuckDB's lock is per process: a reader
+    blocks a writer and the other way round), retry with backoff up to `wait_seconds`, saying who
+    holds it and for how long, then fail with one line (StoreBusy)."""
+    started = time.monotonic()
+    delay, said = 0.02, None
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            con.execute("SET TimeZone = 'UTC'")
+            return con
+        except duckdb.IOException as exc:
+            if "Could not set lock" not in str(exc):
+                raise
+            match = _HOLDER.search(str(exc))
+            holder = " ".join(match.group(1).split()) if match else "another process"
+            waited = time.monotonic() - started
+            if waited >= wait_seconds:
+                raise StoreBusy(f"{path} is held by {holder}; gave up after {waited:.0f}s "
+                                f"(INORDER_LOCK_WAIT={wait_seconds:g})") from None
+            if said is None or waited - said >= 5:  # at the first refusal, then every 5 s
+                say(f"waiting for {path.name}: held by {holder} ({waited:.1f}s so far)")
+                said = waited
+            time.sleep(min(delay, max(wait_seconds - waited, 0.0)))
+            delay = min(delay * 2, 0.5)
+
+
 class Store:
     """A connection to the read store, holding the writer lock for its lifetime."""
 
@@ -162,8 +201,7 @@ class Store:
         lock_fd = take_lock(home.database.with_suffix(".lock"), home.lock_wait_seconds,
                             f"another inorder run is writing {home.database}; try again when it ends")
         try:
-            con = duckdb.connect(str(home.database))
-            con.execute("SET TimeZone = 'UTC'")
+            con = connect(home.database, read_only=False, wait_seconds=home.file_wait_seconds)
             con.execute(ENGINE_DDL)
             for view in views:
                 for table in view.tables:
@@ -172,6 +210,13 @@ class Store:
             os.close(lock_fd)
             raise
         return cls(con, lock_fd)
+
+    @classmethod
+    def open_read_only(cls, home: Home) -> "Store":
+        """A reader's connection: no writer lock, and it never writes (checks, logs, metadata)."""
+        if not home.database.exists():
+            raise FileNotFoundError(f"no read store at {home.database}: run `inorder run` first")
+        return cls(connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds), None)
 
     def close(self) -> None:
         crash_point("store.close")  # closing checkpoints the WAL into the database file

@@ -1,0 +1,123 @@
+"""Readers are users too: a process reading the DuckDB store never makes a run fail (issue 11 §1).
+
+DuckDB's file lock is per process, so while a reader holds the file a writer cannot open it, and the
+other way round. Every opener waits with backoff, says who holds the file, and gives up with one
+line only after INORDER_LOCK_WAIT."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipelines.store import StoreBusy, connect
+from views.bank_generator import GeneratorConfig, generate
+
+INORDER = str(Path(sys.executable).with_name("inorder"))
+
+
+def hold(path: Path, seconds: float, read_only: bool) -> subprocess.Popen:
+    """Another process that opens the file and keeps it for `seconds` (prints 'held' once it has it)."""
+    code = textwrap.dedent(f"""
+        import duckdb, sys, time
+        con = duckdb.connect({str(path)!r}, read_only={read_only})
+        print("held", flush=True)
+        time.sleep({seconds})
+    """)
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+@pytest.fixture
+def database(tmp_path) -> Path:
+    path = tmp_path / "store.duckdb"
+    duckdb.connect(str(path)).execute("CREATE TABLE t AS SELECT 1 AS x").close()
+    return path
+
+
+@pytest.mark.parametrize("reader_holds", [True, False])
+def test_an_opener_waits_for_the_holder_and_says_who_it_is(database, reader_holds):
+    holder = hold(database, 1.5, read_only=reader_holds)
+    said: list[str] = []
+    started = time.monotonic()
+    con = connect(database, read_only=not reader_holds, wait_seconds=30, say=said.append)
+    waited = time.monotonic() - started
+    assert con.execute("SELECT x FROM t").fetchone() == (1,)
+    con.close()
+    holder.wait(timeout=10)
+    assert 0.5 < waited < 10
+    assert said and f"(PID {holder.pid})" in said[0] and "held by" in said[0]
+
+
+def test_an_opener_gives_up_with_one_line_after_the_lock_wait(database):
+    holder = hold(database, 5, read_only=True)
+    try:
+        with pytest.raises(StoreBusy) as caught:
+            connect(database, read_only=False, wait_seconds=0.6, say=lambda _: None)
+        message = str(caught.value)
+        assert "\n" not in message and f"PID {holder.pid}" in message and "INORDER_LOCK_WAIT=0.6" in message
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_answers(tmp_path):
+    """A reader opens the store read-only again and again while `inorder run` projects batches; the
+    run succeeds, and `inorder query` run in a loop meanwhile answers every time, never going back."""
+    home = tmp_path / "home"
+    generate(home / "landing", GeneratorConfig(events=3000, streams=60, batches=3, seed=5))
+    env = {**os.environ, "INORDER_HOME": str(home)}
+    assert subprocess.run([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, capture_output=True,
+                          timeout=300).returncode == 0
+    generate(home / "more", GeneratorConfig(events=3000, streams=60, batches=2, seed=6))
+    for i, path in enumerate(sorted((home / "more").iterdir()), start=1):
+        path.rename(home / "landing" / f"more-{i}.jsonl")
+
+    stop, opened, refused = threading.Event(), [0], [0]
+
+    def dashboard() -> None:  # what a dashboard does: connect, read, disconnect, as often as it can
+        while not stop.is_set():
+            try:
+                con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
+                con.execute("SELECT count(*) FROM accounts").fetchone()
+                time.sleep(0.05)
+                con.close()
+                opened[0] += 1
+            except duckdb.IOException:
+                refused[0] += 1  # the run holds the file: the reader's own problem, never the run's
+            time.sleep(0.05)
+
+    counts: list[int] = []
+
+    def queries() -> None:
+        while not stop.is_set():
+            done = subprocess.run([INORDER, "query", "SELECT count(*) AS n FROM inorder.batches", "--format", "csv"],
+                                  env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            counts.append(int(done.stdout.splitlines()[1]))
+
+    readers = [threading.Thread(target=dashboard), threading.Thread(target=queries)]
+    for t in readers:
+        t.start()
+    try:
+        time.sleep(1.0)  # the readers are busy before the run starts
+        run = subprocess.run([INORDER, "run", "--now", "2026-11-02T00:05:00Z"], env=env, capture_output=True,
+                             text=True, timeout=600)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "ran 2 batches" in run.stdout
+    assert "waiting for store.duckdb: held by" in run.stderr  # the readers did get in the run's way
+    assert opened[0] > 0 and counts and counts == sorted(counts)  # answers, never going back
+    assert counts[-1] == 3 * 5  # 3 views × (3 first batches + 2 more)
