@@ -49,10 +49,11 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str]) -> li
         counts[(view, entry_idx, name)] = int(n)
     info = {r[0]: r[1:] for r in con.execute(
         "SELECT entry_idx, received_at, records, malformed, normalised FROM inorder.ingest_log "
-        "WHERE entry_idx IN (SELECT DISTINCT entry_idx FROM pass_todo)").fetchall()}
-    unrouted = {r[0]: r[1] for r in con.execute(
-        "SELECT entry_idx, sum(n) FROM pass_messages WHERE NOT list_contains(?, stream_type) GROUP BY ALL",
-        [sorted(subscribed_types)]).fetchall()}
+        "WHERE list_contains(?, entry_idx)", [sorted({e["entry_idx"] for e in plan.entries})]).fetchall()}
+    unrouted: dict[int, int] = {}
+    for (entry_idx, stream_type), n in plan.message_counts.items():
+        if stream_type not in subscribed_types:
+            unrouted[entry_idx] = unrouted.get(entry_idx, 0) + n
     pending_before = dict(con.execute("SELECT view, count(*) FROM inorder.pending GROUP BY ALL").fetchall())
     now = datetime.now(timezone.utc)
     rows = []

@@ -320,7 +320,11 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
     results = []
     try:
         for i, f in enumerate(new):
-            result = (None, f.fingerprint, f.clash) if f.clash else next(inspected)
+            if f.clash:
+                result = (None, f.fingerprint, f.clash)
+            else:
+                with store.released():  # readers may open the store while a file is inspected and archived
+                    result = next(inspected)
             crash_point("ingest.inspected")
             registered = _register(store, home, f.path, f.batch_id, first_idx + i, t_us, result)
             progress(f"ingest {len(results) + 1}/{len(new)} {f.path.name}: {registered.status}, "

@@ -74,6 +74,9 @@ class PassPlan:
 
     entries: list[dict]  # ingest_log rows, in order
     by_view: dict[str, list[PassEntry]] = field(default_factory=dict)
+    # (entry_idx, stream_type) -> messages archived for it, filled by `load_inputs` (for the ledger's
+    # unrouted count, after the store was let go during the Spark work)
+    message_counts: dict[tuple[int, str], int] = field(default_factory=dict)
 
     @property
     def view_entries(self) -> list[tuple[str, int]]:
@@ -129,6 +132,8 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     if files:
         con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type, stream_id, count(*) "
                     "FROM read_parquet(?) GROUP BY ALL", [files])
+    plan.message_counts = {(entry_idx, stream_type): int(n) for entry_idx, stream_type, n in con.execute(
+        "SELECT entry_idx, stream_type, sum(n) FROM pass_messages GROUP BY ALL").fetchall()}
     # A buffered stream that gets no message and no operator action changes only when a gap timer
     # fires or its buffer is over `max_pending`; the others would walk to the same state, so they
     # stay out of the pass (DESIGN §7: per-run work follows the batch and the buffers it touches).
@@ -406,8 +411,15 @@ def pass_folder(home: Home) -> Path:
 
 def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], plan: PassPlan,
              first_seq: int) -> PassResult:
-    """Order and apply one pass in Spark; returns the pass output for `commit_pass`."""
+    """Order and apply one pass in Spark; returns the pass output for `commit_pass`. The DuckDB file
+    is held only while the pass's inputs are loaded: readers can open it during the Spark work."""
     state_rows, files = load_inputs(store, home, views, plan)
+    with store.released():
+        return _order_and_apply_in_spark(spark, home, views, plan, first_seq, state_rows, files)
+
+
+def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View], plan: PassPlan, first_seq: int,
+                              state_rows: pa.Table, files: list[str]) -> PassResult:
     in_pass = [v for v in views if v.name in plan.by_view]
     ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
     local = is_local(spark)

@@ -87,7 +87,10 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
     plans = plan_passes(store, selected)
     crash_point("project.planned")
     stats = ProjectionStats(passes=len(plans))
-    session = (spark() if callable(spark) else spark) if plans else None
+    session = None
+    if plans:
+        with store.released():  # a JVM start takes seconds: readers may use the store meanwhile
+            session = spark() if callable(spark) else spark
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
         out = run_pass(session, store, home, list(selected), plan, mapping.first_seq)

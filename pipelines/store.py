@@ -190,9 +190,11 @@ def connect(path: Path, read_only: bool, wait_seconds: float, say: Callable[[str
 class Store:
     """A connection to the read store, holding the writer lock for its lifetime."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, lock_fd: int | None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, lock_fd: int | None, home: Home, read_only: bool) -> None:
         self.con = con
         self._lock_fd = lock_fd
+        self._home = home
+        self._read_only = read_only
 
     @classmethod
     def open(cls, home: Home, views: Iterable[View]) -> "Store":
@@ -209,14 +211,26 @@ class Store:
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(con, lock_fd)
+        return cls(con, lock_fd, home, False)
 
     @classmethod
     def open_read_only(cls, home: Home) -> "Store":
         """A reader's connection: no writer lock, and it never writes (checks, logs, metadata)."""
         if not home.database.exists():
             raise FileNotFoundError(f"no read store at {home.database}: run `inorder run` first")
-        return cls(connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds), None)
+        return cls(connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds), None, home, True)
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Let go of the DuckDB file for the block (the Spark work of a pass), keeping the writer lock,
+        so readers can open the store meanwhile; then open it again (waiting for them if need be).
+        Nothing may be uncommitted: temporary tables do not survive."""
+        self.con.close()
+        try:
+            yield
+        finally:
+            self.con = connect(self._home.database, read_only=self._read_only,
+                               wait_seconds=self._home.file_wait_seconds)
 
     def close(self) -> None:
         crash_point("store.close")  # closing checkpoints the WAL into the database file

@@ -81,7 +81,7 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
     for i, path in enumerate(sorted((home / "more").iterdir()), start=1):
         path.rename(home / "landing" / f"more-{i}.jsonl")
 
-    stop, opened, refused = threading.Event(), [0], [0]
+    stop, running, opened, refused, during = threading.Event(), threading.Event(), [0], [0], [0]
 
     def dashboard() -> None:  # what a dashboard does: connect, read, disconnect, as often as it can
         while not stop.is_set():
@@ -91,6 +91,7 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
                 time.sleep(0.05)
                 con.close()
                 opened[0] += 1
+                during[0] += running.is_set()
             except duckdb.IOException:
                 refused[0] += 1  # the run holds the file: the reader's own problem, never the run's
             time.sleep(0.05)
@@ -109,8 +110,10 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
         t.start()
     try:
         time.sleep(1.0)  # the readers are busy before the run starts
+        running.set()
         run = subprocess.run([INORDER, "run", "--now", "2026-11-02T00:05:00Z"], env=env, capture_output=True,
                              text=True, timeout=600)
+        running.clear()
         time.sleep(1.0)
     finally:
         stop.set()
@@ -120,4 +123,6 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
     assert "ran 2 batches" in run.stdout
     assert "waiting for store.duckdb: held by" in run.stderr  # the readers did get in the run's way
     assert opened[0] > 0 and counts and counts == sorted(counts)  # answers, never going back
+    # the run holds the file only to register, load and commit: the dashboard got in during the run
+    assert during[0] >= 10, (during, opened, refused)
     assert counts[-1] == 3 * 5  # 3 views × (3 first batches + 2 more)
