@@ -23,7 +23,7 @@ from pipelines.inspect import SourceMapping, inspect_json_lines
 from pipelines.message import Message
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.store import us_from_utc
-from pipelines.view import View
+from pipelines.view import Table, View
 
 REPLAY_BATCH = "replay"
 
@@ -93,7 +93,7 @@ def replay(view: View, records: Iterable[Any], now: datetime | None = None,
     return result
 
 
-def _aggregate_rows(table, sums: dict) -> list[dict]:
+def _aggregate_rows(table: Table, sums: dict) -> list[dict]:
     """The summed increments as the table would hold them (a value column no handler added to is 0)."""
     zero = {c: convert(0) for c, convert in table.value_converters.items()}
     single = len(table.primary_key) == 1

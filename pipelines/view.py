@@ -229,7 +229,7 @@ class Table:
     @cached_property
     def normalise_row(self) -> Callable[[Mapping[str, Any]], dict]:
         """row -> a new dict with every column, in declared order, each value of its column's Python
-        type (see `column_value`). Missing columns are None. Raises `Reject` for a value that does not
+        type (see `column_converter`). Missing columns are None. Raises `Reject` for a value that does not
         fit its column, TypeError for a value of another type and ValueError for unknown columns or
         a NULL key: those two are bugs in the view.
 
