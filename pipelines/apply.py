@@ -7,7 +7,6 @@ journaled so that a handler that raises leaves the tables exactly as they were.
 from __future__ import annotations
 
 import traceback
-from datetime import date
 from decimal import Decimal
 from typing import Any, Callable, Iterable
 
@@ -25,8 +24,7 @@ def _key_function(table: Table) -> Callable[[tuple], Any]:
     columns, so `get("2026-01-02")` finds the row whose DATE key is date(2026, 1, 2))."""
     converters = table.key_converters
     if len(converters) == 1:
-        (convert,) = converters
-        exact = _EXACT_KEY_TYPES.get(table.columns[table.primary_key[0]])
+        (convert,), exact = converters, table.key_class
 
         def single(key: tuple) -> Any:
             if len(key) != 1:
@@ -44,9 +42,6 @@ def _key_function(table: Table) -> Callable[[tuple], Any]:
     return composite
 
 
-_EXACT_KEY_TYPES = {"VARCHAR": str, "BOOLEAN": bool, "DATE": date}  # need no conversion
-
-
 class KeyedRows:
     """The rows of one stream in a keyed table, by primary key."""
 
@@ -61,7 +56,7 @@ class KeyedRows:
         self._normalise = table.normalise_row
         self._lookup = _key_function(table)
         self._stream_key = table.stream_key
-        self._key_class = _EXACT_KEY_TYPES.get(table.columns[table.primary_key[0]]) if self._single else None
+        self._key_class = table.key_class
         self.rows: dict[Any, dict] = {self._key(r): r for r in rows}
         self._journal = journal
 
@@ -140,10 +135,8 @@ class AggregateIncrements:
         self._checks = table.sum_checks
         self._lookup = _key_function(table)
         self._single_key = table.primary_key[0] if len(table.primary_key) == 1 else None
-        self._key_class = _EXACT_KEY_TYPES.get(table.columns[table.primary_key[0]]) if self._single_key else None
-        # per value column, the class an increment needs no conversion for (a DECIMAL is always rounded)
-        self._exact = {c: {"BIGINT": int, "INTEGER": int, "DOUBLE": float}.get(t) for c, t in table.columns.items()
-                       if c in self._converters}
+        self._key_class = table.key_class
+        self._exact = table.increment_classes
 
     def add(self, key: dict, **increments: Any) -> None:
         if key.keys() != self._key_set:

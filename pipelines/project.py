@@ -15,7 +15,7 @@ import shutil
 import time
 import typing
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -32,7 +32,7 @@ from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, is_local, ship_code, shuffle_partitions
 from pipelines.store import Home, Store, us_from_utc
-from pipelines.view import Table, View
+from pipelines.view import View
 
 STATE, PENDING, NEW = 0, 1, 2
 INPUT_SCHEMA = pa.schema([
@@ -207,16 +207,6 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     return pa.table(columns, schema=INPUT_SCHEMA), files
 
 
-_RESTORE = {"DATE": date.fromisoformat, "TIMESTAMPTZ": datetime.fromisoformat}
-
-
-def _restorers(table: Table) -> list[tuple[str, Any]]:
-    """(column, function) for the columns whose values JSON carries as text, so rows loaded from the
-    store reach handlers with the same Python types as values written in this run."""
-    return [(c, Decimal if t.startswith("DECIMAL") else _RESTORE[t]) for c, t in table.columns.items()
-            if t.startswith("DECIMAL") or t in _RESTORE]
-
-
 def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
     data = json.loads(text)
     state = StreamState(stream_type=data.get("stream_type"), last_seq=data.get("last_seq", first_seq - 1),
@@ -224,7 +214,7 @@ def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
                         parked=bool(data.get("parked")), attempts=data.get("attempts") or 0,
                         skipped=[tuple(r) for r in data["skipped"]])
     for table in view.tables:
-        restorers = _restorers(table)
+        restorers = table.text_restorers
 
         def typed(row: dict) -> dict:
             for column, restore in restorers:

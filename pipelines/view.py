@@ -6,7 +6,6 @@ A view author writes a `View` in `views/`; the engine reads nothing else about i
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -264,6 +263,30 @@ class Table:
         body.append("    return {" + ", ".join(items) + "}")
         exec("\n".join(body), names)  # noqa: S102 - code built from validated identifiers only
         return names["normalise_row"]
+
+    @cached_property
+    def text_restorers(self) -> tuple[tuple[str, Callable[[str], Any]], ...]:
+        """(column, function) for the columns whose values JSON carries as text (a pass ships stored
+        rows as JSON), so rows loaded from the store reach handlers with the types written in this run."""
+        restore = {"DATE": date.fromisoformat, "TIMESTAMPTZ": datetime.fromisoformat}
+        return tuple((c, Decimal if t.startswith("DECIMAL") else restore[t]) for c, t in self.columns.items()
+                     if t.startswith("DECIMAL") or t in restore)
+
+    @cached_property
+    def key_class(self) -> type | None:
+        """For a one-column key, the class a `get`/`delete`/aggregate key needs no conversion for (None:
+        always converted: integers for their range, DOUBLE for finiteness, DECIMAL and TIMESTAMPTZ)."""
+        if len(self.primary_key) != 1:
+            return None
+        sql_type = self.columns[self.primary_key[0]]
+        return _EXACT_TYPES[sql_type] if sql_type in ("VARCHAR", "BOOLEAN", "DATE") else None
+
+    @cached_property
+    def increment_classes(self) -> dict[str, type | None]:
+        """Per value column, the class an aggregate increment needs no conversion for (its sum is still
+        checked by `sum_checks`); a DECIMAL increment is always rounded to its scale."""
+        return {c: int if t in _INT_RANGE else float if t == "DOUBLE" else None
+                for c, t in self.columns.items() if c in self.value_column_set}
 
     @cached_property
     def key_converters(self) -> tuple[Callable[[Any], Any], ...]:

@@ -165,11 +165,9 @@ def test_cluster_executors_get_messages_and_code_shipped(runs, cluster, name):
 def test_a_view_module_outside_the_repository_is_shipped_to_the_executors(runs, cluster, tmp_path):
     """INORDER_VIEWS names a module only the driver has (on its PYTHONPATH): cluster executors get it
     with the engine's code, and give the local store. (After `runs`: the workers' cores are free.)"""
-    from tests.test_own_views import REPO, ticket_records
+    from tests.test_own_views import helpdesk_outside, ticket_records
 
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    shutil.copy(REPO / "tests" / "helpdesk_views.py", outside / "helpdesk_views.py")
+    outside = helpdesk_outside(tmp_path)
     lines = "".join(json.dumps(r) + "\n" for r in ticket_records())
     stores = {}
     for name, master in (("local", "local[2]"), ("standalone", cluster.master_url)):

@@ -43,6 +43,14 @@ def ticket_records() -> list[dict]:
     return records
 
 
+def helpdesk_outside(root: Path) -> Path:
+    """A folder outside the repository holding the help-desk views as the module `helpdesk_views`."""
+    outside = root / "elsewhere"
+    outside.mkdir()
+    shutil.copy(REPO / "tests" / "helpdesk_views.py", outside / "helpdesk_views.py")
+    return outside
+
+
 def inorder(home: Path, outside: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "helpdesk_views",
            "PYTHONPATH": os.pathsep.join(p for p in (str(outside), os.environ.get("PYTHONPATH")) if p)}
@@ -60,9 +68,7 @@ def tables(home: Path) -> dict[str, list[tuple]]:
 
 
 def test_a_module_outside_the_repository_runs_through_the_cli_the_same_in_one_run_or_many(tmp_path):
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    shutil.copy(REPO / "tests" / "helpdesk_views.py", outside / "helpdesk_views.py")
+    outside = helpdesk_outside(tmp_path)
     lines = [json.dumps(r) for r in ticket_records()]
 
     one = tmp_path / "one"
