@@ -7,7 +7,9 @@ in the pass commit together or not at all.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import datetime, timezone
+from typing import Iterator
 
 from pipelines.faults import crash_point
 from pipelines.project import PassPlan, PassResult
@@ -19,13 +21,17 @@ def _struct_type(table: Table) -> str:
     return json.dumps({c: t for c, t in table.columns.items()})
 
 
+def pass_rows_sql(table: Table) -> str:
+    """The typed rows the pass wrote to `table` (parameters: kind 'rows' or 'aggregate', view, table)."""
+    return (f"SELECT r.* FROM (SELECT unnest(from_json(data, '[{_struct_type(table)}]')) AS r FROM pass_out "
+            f"WHERE kind = ? AND view = ? AND name = ?)")
+
+
 def _write_view_tables(store: Store, view: View) -> None:
     con = store.con
     for table in view.tables:
-        struct = _struct_type(table)
         cols = ", ".join(f'"{c}"' for c in table.columns)
-        rows_sql = (f"SELECT r.* FROM (SELECT unnest(from_json(data, '[{struct}]')) AS r FROM pass_out "
-                    f"WHERE kind = ? AND view = ? AND name = ?)")
+        rows_sql = pass_rows_sql(table)
         if table.kind == "keyed":
             con.execute(f'DELETE FROM "{table.name}" WHERE "{table.stream_key}" IN '
                         "(SELECT stream_id FROM pass_out WHERE kind = 'watermark' AND view = ?)", [view.name])
@@ -70,69 +76,76 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str]) -> li
     return rows
 
 
-def commit_pass(store: Store, views: list[View], plan: PassPlan, result: PassResult,
-                subscribed_types: set[str]) -> None:
-    """Write the pass output and its ledger rows atomically (after `run_pass` on the same store)."""
+@contextmanager
+def pass_output(store: Store, result: PassResult) -> Iterator[None]:
+    """The pass output as the temporary view `pass_out` on the store's connection, for the block
+    (the commit, then the publication of what it changed)."""
     con = store.con
     if result.folder is None:
         con.register("pass_out", result.table)
     else:  # read where it lies: DuckDB scans only the columns each statement needs
         glob = str(result.folder / "*.parquet").replace("'", "''")
         con.execute(f"CREATE OR REPLACE TEMP VIEW pass_out AS SELECT * FROM read_parquet('{glob}')")
-    ledger = _ledger_rows(store, plan, subscribed_types)
     try:
-        with store.transaction():
-            # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
-            con.execute("""
-                CREATE OR REPLACE TEMP TABLE pass_prev AS
-                SELECT w.view, w.stream_id, w.last_seq FROM inorder.watermarks w
-                JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
-            crash_point("commit.begun")
-            con.execute("""
-                DELETE FROM inorder.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
-            con.execute("""
-                INSERT INTO inorder.watermarks
-                SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
-                       (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
-                       (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq,
-                       (data->>'attempts')::BIGINT
-                FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
-            crash_point("commit.watermarks")
-            con.execute("""
-                DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
-                WHERE p.view = t.view AND p.stream_id = t.stream_id""")
-            con.execute("""
-                INSERT INTO inorder.pending
-                SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
-                       msg_entry_idx
-                FROM pass_out WHERE kind = 'pending'""")
-            crash_point("commit.pending")
-            con.execute("""
-                INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
-                                            batch_id, line, reason, exception_type, message, traceback, logged_at,
-                                            entry_idx, error_class, attempt)
-                SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
-                       data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
-                       make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx,
-                       data->>'error_class', (data->>'attempt')::BIGINT
-                FROM pass_out WHERE kind = 'error'
-                ORDER BY entry_idx, view, stream_id, seq, line""")
-            crash_point("commit.errors")
-            con.execute("""
-                INSERT INTO inorder.gaps
-                SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
-                       (data->>'waited_us')::BIGINT / 1e6, name, data->>'batch_id',
-                       make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
-                FROM pass_out WHERE kind = 'gap'
-                ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
-            crash_point("commit.gaps")
-            for view in views:
-                if view.name in plan.by_view:
-                    _write_view_tables(store, view)
-            crash_point("commit.view_tables")
-            con.executemany(
-                "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
-            crash_point("commit.ledger")
+        yield
     finally:
         con.execute("DROP VIEW IF EXISTS pass_out")  # a registered table is a view too
+
+
+def commit_pass(store: Store, views: list[View], plan: PassPlan, subscribed_types: set[str]) -> None:
+    """Write the pass output (`pass_output`) and its ledger rows atomically (after `run_pass` on the same store)."""
+    con = store.con
+    ledger = _ledger_rows(store, plan, subscribed_types)
+    with store.transaction():
+        # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE pass_prev AS
+            SELECT w.view, w.stream_id, w.last_seq FROM inorder.watermarks w
+            JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
+        crash_point("commit.begun")
+        con.execute("""
+            DELETE FROM inorder.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
+        con.execute("""
+            INSERT INTO inorder.watermarks
+            SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
+                   (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
+                   (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq,
+                   (data->>'attempts')::BIGINT
+            FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
+        crash_point("commit.watermarks")
+        con.execute("""
+            DELETE FROM inorder.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
+            WHERE p.view = t.view AND p.stream_id = t.stream_id""")
+        con.execute("""
+            INSERT INTO inorder.pending
+            SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
+                   msg_entry_idx
+            FROM pass_out WHERE kind = 'pending'""")
+        crash_point("commit.pending")
+        con.execute("""
+            INSERT INTO inorder.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
+                                        batch_id, line, reason, exception_type, message, traceback, logged_at,
+                                        entry_idx, error_class, attempt)
+            SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
+                   data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
+                   make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx,
+                   data->>'error_class', (data->>'attempt')::BIGINT
+            FROM pass_out WHERE kind = 'error'
+            ORDER BY entry_idx, view, stream_id, seq, line""")
+        crash_point("commit.errors")
+        con.execute("""
+            INSERT INTO inorder.gaps
+            SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
+                   (data->>'waited_us')::BIGINT / 1e6, name, data->>'batch_id',
+                   make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
+            FROM pass_out WHERE kind = 'gap'
+            ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
+        crash_point("commit.gaps")
+        for view in views:
+            if view.name in plan.by_view:
+                _write_view_tables(store, view)
+        crash_point("commit.view_tables")
+        con.executemany(
+            "INSERT INTO inorder.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
+        crash_point("commit.ledger")
 

@@ -12,12 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from pipelines.commit import commit_pass
+from pipelines.commit import commit_pass, pass_output
 from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch, ingest_landing, new_landing_files,
                               record_entry, tick_due)
 from pipelines.inspect import SourceMapping
 from pipelines.project import PassResult, pass_folder, plan_passes, run_pass
+from pipelines.publish import Publication, Publishing
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -42,6 +43,9 @@ class ProjectionStats:
     commit_seconds: float = 0.0
     by_view: dict[str, dict[str, int]] = field(default_factory=dict)  # outcome counts of this projection
     streams_touched: dict[str, int] = field(default_factory=dict)
+    publications: list[Publication] = field(default_factory=list)  # to PostgreSQL, when it serves reads
+    publish_seconds: float = 0.0
+    publish_error: str | None = None  # publishing failed (DuckDB is committed; a later publication catches up)
 
     def add(self, out: pa.Table) -> None:
         metrics = out.filter(pc.equal(out["kind"], "metric"))
@@ -81,33 +85,56 @@ def now_us(now: datetime | None) -> int:
 
 
 def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View], selected: Sequence[View],
-            mapping: SourceMapping, progress: Progress = _quiet) -> ProjectionStats:
-    """Project every archived entry not yet committed for the `selected` views, pass by pass."""
+            mapping: SourceMapping, progress: Progress = _quiet, publish: bool = True) -> ProjectionStats:
+    """Project every archived entry not yet committed for the `selected` views, pass by pass; with
+    `publish` (and INORDER_SERVE_POSTGRES set), publish each commit to PostgreSQL, after catching up
+    what an earlier run committed but did not publish."""
     subscribed = {t for v in views for t in v.subscribes}
     plans = plan_passes(store, selected)
     crash_point("project.planned")
     stats = ProjectionStats(passes=len(plans))
+    publishing = Publishing(progress) if publish else None
+    try:
+        if publishing:
+            publishing.publish(store.con, selected)
+        _project_passes(spark, store, home, selected, plans, mapping.first_seq, subscribed, stats, publishing,
+                        progress)
+    finally:
+        if publishing:
+            publishing.close()
+            stats.publications, stats.publish_seconds = publishing.publications, publishing.seconds
+            stats.publish_error = publishing.error
+    return stats
+
+
+def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequence[View], plans: list,
+                    first_seq: int, subscribed: set[str], stats: ProjectionStats, publishing: Publishing | None,
+                    progress: Progress) -> None:
     session = None
     if plans:
         with store.released():  # a JVM start takes seconds: readers may use the store meanwhile
             session = spark() if callable(spark) else spark
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
-        out = run_pass(session, store, home, list(selected), plan, mapping.first_seq)
+        out = run_pass(session, store, home, list(selected), plan, first_seq)
         spark_done = time.perf_counter()
         summary = out.summary()
         refuse_failed_pass(out, summary)
         crash_point("project.ordered")
-        commit_pass(store, list(selected), plan, out, subscribed)
-        crash_point("project.committed")
+        with pass_output(store, out):
+            commit_pass(store, list(selected), plan, subscribed)
+            crash_point("project.committed")
+            committed = time.perf_counter()
+            if publishing:  # while the pass output is at hand: only what it changed travels
+                publishing.publish(store.con, [v for v in selected if v.name in plan.by_view],
+                                   pass_start={v: entries[0].entry_idx for v, entries in plan.by_view.items()})
         stats.add(summary)
         shutil.rmtree(pass_folder(home), ignore_errors=True)
         stats.spark_seconds += spark_done - started
-        stats.commit_seconds += time.perf_counter() - spark_done
+        stats.commit_seconds += committed - spark_done
         stats.entries += len(plan.entries)
         progress(f"pass {i}/{len(plans)}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
                  f"in {time.perf_counter() - started:.1f}s")
-    return stats
 
 
 class HandlerBugFailure(RuntimeError):
@@ -189,17 +216,29 @@ def _logical_now(store: Store, now: datetime | None) -> int:
 
 def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
             progress: Progress = _quiet) -> ProjectionStats:
-    """Truncate `view` and its state, then replay the archive with the recorded logical times."""
+    """Truncate `view` and its state, then replay the archive with the recorded logical times.
+
+    PostgreSQL keeps showing the old view meanwhile (marked unpublished, so nothing partial is ever
+    published over it); the rebuilt view replaces it in one transaction at the end."""
     mapping = source_mapping(home)
-    with Store.open(home, views) as store:
-        con = store.con
-        with store.transaction():
-            for table in view.tables:
-                con.execute(f'DELETE FROM "{table.name}"')
-            for engine_table in ("watermarks", "pending", "errors", "gaps", "batches"):
-                con.execute(f"DELETE FROM inorder.{engine_table} WHERE view = ?", [view.name])
-        progress(f"rebuild {view.name}: truncated; replaying the archive")
-        return project(spark, store, home, views, [view], mapping, progress)
+    publishing = Publishing(progress)
+    try:
+        with Store.open(home, views) as store:
+            con = store.con
+            publishing.forget(view)
+            with store.transaction():
+                for table in view.tables:
+                    con.execute(f'DELETE FROM "{table.name}"')
+                for engine_table in ("watermarks", "pending", "errors", "gaps", "batches"):
+                    con.execute(f"DELETE FROM inorder.{engine_table} WHERE view = ?", [view.name])
+            progress(f"rebuild {view.name}: truncated; replaying the archive")
+            stats = project(spark, store, home, views, [view], mapping, progress, publish=False)
+            publishing.publish(store.con, [view], full=True)  # project() reopened the connection
+    finally:
+        publishing.close()
+    stats.publications, stats.publish_seconds, stats.publish_error = (
+        publishing.publications, publishing.seconds, publishing.error)
+    return stats
 
 
 class NotParked(ValueError):

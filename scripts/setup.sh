@@ -21,6 +21,18 @@ if ! java -version >/dev/null 2>&1; then
   fi
 fi
 
+# PostgreSQL serves production reads (INORDER_SERVE_POSTGRES); the tests start a throwaway server of their own
+if [ -z "${INORDER_PG_BIN:-}" ] && ! command -v initdb >/dev/null 2>&1 \
+    && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "PostgreSQL server not found: installing Debian's postgresql (running as root)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "warning: no PostgreSQL server binaries (initdb): the publishing tests need them." >&2
+    echo "Install them ('sudo apt-get install postgresql') or set INORDER_PG_BIN to their folder." >&2
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

@@ -18,3 +18,13 @@ def spark():
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server for the whole test run (tests/postgres.py): its libpq connection string.
+    Never skipped: without the server binaries the tests that need it fail, saying how to install them."""
+    from tests.postgres import PostgresServer
+
+    with PostgresServer() as server:
+        yield server.dsn

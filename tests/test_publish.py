@@ -1,0 +1,205 @@
+"""Publishing to PostgreSQL (issue 11 §3), against a real server (tests/postgres.py), with the shop's
+views (keyed, append and aggregate tables, every column type): after every run PostgreSQL holds
+exactly DuckDB's view tables, `inorder_published` names DuckDB's newest entry, only changed rows
+travel, and a publication missed for any reason is caught up without applying anything twice."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import psycopg
+import pytest
+
+from pipelines.publish import Publisher, ServeTarget, pg_type
+from pipelines.run import rebuild, run
+from pipelines.store import Home
+from shop.generator import GeneratorConfig, generate
+from tests.domains import SHOP_VIEWS
+
+T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
+
+
+def duck_tables(home: Home, views=SHOP_VIEWS) -> dict[str, list[tuple]]:
+    con = duckdb.connect(str(home.database), read_only=True)
+    con.execute("SET TimeZone = 'UTC'")
+    try:
+        return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall(), key=repr)
+                for v in views for t in v.tables}
+    finally:
+        con.close()
+
+
+def duck_entries(home: Home) -> dict[str, int]:
+    con = duckdb.connect(str(home.database), read_only=True)
+    try:
+        return dict(con.execute("SELECT view, max(entry_idx) FROM inorder.batches GROUP BY view").fetchall())
+    finally:
+        con.close()
+
+
+def pg_tables(target: ServeTarget, views=SHOP_VIEWS) -> dict[str, list[tuple]]:
+    with psycopg.connect(target.dsn) as pg:
+        pg.execute("SET TimeZone = 'UTC'")
+        return {t.name: sorted(pg.execute(f"SELECT * FROM {target.qualified(t.name)}").fetchall(), key=repr)
+                for v in views for t in v.tables}
+
+
+def pg_published(target: ServeTarget) -> dict[str, int]:
+    with psycopg.connect(target.dsn) as pg:
+        return dict(pg.execute(f"SELECT view, entry_idx FROM {target.qualified('inorder_published')}").fetchall())
+
+
+@pytest.fixture
+def target(postgres, monkeypatch) -> ServeTarget:
+    """A schema of its own on the test server, set as the serving target in the environment."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", postgres)
+    monkeypatch.setenv("INORDER_SERVE_SCHEMA", schema)
+    return ServeTarget(postgres, schema)
+
+
+@pytest.fixture(scope="module")
+def shop_batches(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("shop-batches")
+    return generate(folder, GeneratorConfig(events=3000, streams=60, batches=5, disorder=0.2, duplicates=0.05,
+                                            gaps=0.01, poison=0.01, seed=11))
+
+
+def land(home: Home, paths) -> None:
+    home.ensure()
+    for path in paths:
+        shutil.copy(path, home.landing / path.name)
+
+
+def ticket_records(tickets: int, seed: int = 5) -> list[dict]:
+    """Help-desk tickets opened, replied to, worked on and closed, in order, hours apart."""
+    rng, records = random.Random(seed), []
+    for t in range(tickets):
+        moment = T0 + timedelta(minutes=rng.randrange(600))
+        events = [("TicketOpened", {"title": f"ticket {t}", "priority": rng.randint(1, 5), "urgent": rng.random() < .3,
+                                    "cost": rng.choice([0, 12.5, 99.999, 250])})]
+        events += [rng.choice([("Replied", {}), ("EffortLogged", {"hours": rng.randint(1, 40) / 4, "rate": 60})])
+                   for _ in range(rng.randint(0, 4))] + [("Closed", {})]
+        for seq, (kind, payload) in enumerate(events, start=1):
+            moment += timedelta(minutes=rng.choice([7, 90, 1440]))
+            records.append({"stream_id": f"T-{t}", "stream_type": "ticket", "seq": seq, "type": kind,
+                            "payload": payload, "occurred_at": moment.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    return records
+
+
+def test_every_run_publishes_exactly_duckdbs_views(spark, tmp_path, target, shop_batches):
+    home = Home(tmp_path / "home")
+    modes = []
+    for i, path in enumerate(shop_batches):
+        land(home, [path])
+        report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=i))
+        assert report.projection.publish_error is None
+        modes += [p.mode for p in report.projection.publications]
+        assert pg_tables(target) == duck_tables(home)
+        assert pg_published(target) == duck_entries(home)
+    # the first publication of each view is full; later ones send only what their pass changed
+    assert modes[:len(SHOP_VIEWS)] == ["full"] * len(SHOP_VIEWS)
+    assert set(modes[len(SHOP_VIEWS):]) == {"delta"}
+    tick = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(hours=2))  # gaps time out: a tick changes rows too
+    assert {p.mode for p in tick.projection.publications} == {"delta"}
+    assert pg_tables(target) == duck_tables(home)
+    assert pg_published(target) == duck_entries(home)
+
+
+def test_a_delta_carries_only_the_rows_its_pass_changed(spark, tmp_path, target, shop_batches):
+    home = Home(tmp_path / "home")
+    land(home, shop_batches[:4])
+    run(spark, home, SHOP_VIEWS, now=T0)
+    land(home, shop_batches[4:])
+    report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=1))
+    sent = {p.view: p.rows for p in report.projection.publications}
+    tables = duck_tables(home)
+    total = {v.name: sum(len(tables[t.name]) for t in v.tables) for v in SHOP_VIEWS}
+    assert all(p.mode == "delta" for p in report.projection.publications)
+    assert 0 < sent["orders"] < total["orders"] and sent["order_items"] < total["order_items"]
+    assert pg_tables(target) == tables
+
+
+def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_batches, monkeypatch):
+    """PostgreSQL unreachable for two runs: DuckDB commits, the runs report it; the next run catches
+    up (aggregates as absolute values, so nothing is counted twice) and ends equal."""
+    home = Home(tmp_path / "home")
+    land(home, shop_batches[:2])
+    run(spark, home, SHOP_VIEWS, now=T0)
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", target.dsn.replace("port=", "port=1").replace(
+        "connect_timeout=10", "connect_timeout=1"))
+    for i, path in enumerate(shop_batches[2:4], start=1):
+        land(home, [path])
+        report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=i))
+        assert report.projection.publish_error and "cannot connect to PostgreSQL" in report.projection.publish_error
+        assert report.projection.entries == 1  # DuckDB went on
+    assert pg_tables(target) != duck_tables(home)
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", target.dsn)
+    land(home, shop_batches[4:])
+    report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=5))
+    modes = [p.mode for p in report.projection.publications]
+    assert modes[:len(SHOP_VIEWS)] == ["catch-up"] * len(SHOP_VIEWS) and set(modes[len(SHOP_VIEWS):]) == {"delta"}
+    assert pg_tables(target) == duck_tables(home)
+    assert pg_published(target) == duck_entries(home)
+    with Publisher(target) as publisher:  # a second catch-up finds nothing to do
+        con = duckdb.connect(str(home.database), read_only=True)
+        assert publisher.publish(con, SHOP_VIEWS) == []
+        con.close()
+
+
+def test_a_table_that_no_longer_matches_is_refused_until_published_in_full(spark, tmp_path, target, shop_batches):
+    home = Home(tmp_path / "home")
+    land(home, shop_batches[:2])
+    run(spark, home, SHOP_VIEWS, now=T0)
+    with psycopg.connect(target.dsn) as pg:
+        pg.execute(f"ALTER TABLE {target.qualified('customers')} ADD COLUMN extra text")
+    land(home, shop_batches[2:3])
+    report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=1))
+    assert "does not match view customers" in report.projection.publish_error
+    assert "inorder publish --full customers" in report.projection.publish_error
+    with Publisher(target) as publisher:
+        con = duckdb.connect(str(home.database))
+        (full,) = publisher.publish(con, [v for v in SHOP_VIEWS if v.name == "customers"], full=True)
+        others = publisher.publish(con, SHOP_VIEWS)
+        con.close()
+    assert full.mode == "full" and {p.mode for p in others} == {"catch-up"}
+    assert pg_tables(target) == duck_tables(home)
+
+
+def test_a_rebuilt_view_is_published_whole(spark, tmp_path, target, shop_batches):
+    home = Home(tmp_path / "home")
+    land(home, shop_batches)
+    run(spark, home, SHOP_VIEWS, now=T0)
+    before = pg_tables(target)
+    orders = next(v for v in SHOP_VIEWS if v.name == "orders")
+    stats = rebuild(spark, home, SHOP_VIEWS, orders)
+    assert [(p.view, p.mode) for p in stats.publications] == [("orders", "full")]
+    assert pg_tables(target) == duck_tables(home) == before
+    assert pg_published(target) == duck_entries(home)
+
+
+def test_postgres_types_hold_every_value_exactly(spark, tmp_path, target):
+    """The help-desk view uses every column type (tests/helpdesk_views.py): what PostgreSQL returns
+    equals what DuckDB returns, value for value and type for type."""
+    from tests.helpdesk_views import HELPDESK
+
+    home = Home(tmp_path / "home")
+    home.ensure()
+    (home.landing / "batch-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ticket_records(40)))
+    run(spark, home, [HELPDESK], now=T0)
+    duck, pg = duck_tables(home, [HELPDESK]), pg_tables(target, [HELPDESK])
+    assert pg == duck and any(pg.values())
+    for table in HELPDESK.tables:
+        for duck_row, pg_row in zip(duck[table.name], pg[table.name]):
+            assert [type(v) for v in duck_row] == [type(v) for v in pg_row]
+    with psycopg.connect(target.dsn) as conn:
+        columns = dict(conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+            "AND attnum > 0", [f"{target.schema}.{HELPDESK.tables[0].name}"]).fetchall())
+    assert columns == {c: pg_type(t) for c, t in HELPDESK.tables[0].columns.items()}
