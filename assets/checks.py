@@ -1,5 +1,5 @@
 """Asset checks on every view: its Great Expectations suite, the conservation identity (blocking),
-and that no stream's watermark moved backwards."""
+that no stream's watermark moved backwards, and that PostgreSQL shows its newest commit."""
 
 import logging
 import os
@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.publish import read_positions
 from pipelines.registry import load_views
 from pipelines.status import read_status
 from pipelines.store import Store
@@ -118,7 +119,28 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
             "sample": dg.MetadataValue.json([{"stream_id": s, "before": b, "after": a} for s, b, a in sample]),
         })
 
-    return [expectations, conservation, watermarks_monotonic]
+    @dg.asset_check(asset=view.name, name="published",
+                    description="PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it after its "
+                                "newest commit; passes with nothing to check when publishing is not configured")
+    def published(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
+            positions = read_positions(store.con, [view])
+        if positions is None:
+            return dg.AssetCheckResult(passed=True, metadata={"configured": dg.MetadataValue.bool(False)},
+                                       description="INORDER_SERVE_POSTGRES is not set: nothing is published")
+        if isinstance(positions, str):
+            return dg.AssetCheckResult(passed=False, metadata={"error": dg.MetadataValue.text(positions)},
+                                       description=f"PostgreSQL cannot be read: {positions}")
+        (position,) = positions
+        return dg.AssetCheckResult(passed=position.current, metadata={
+            "configured": dg.MetadataValue.bool(True),
+            "committed_entry": dg.MetadataValue.int(position.committed or 0),
+            "published_entry": dg.MetadataValue.int(position.published if position.published is not None else -1),
+            "behind_entries": dg.MetadataValue.int(position.behind),
+        }, description=None if position.current else
+            f"PostgreSQL is {position.behind} entries behind DuckDB: `inorder publish` catches it up")
+
+    return [expectations, conservation, watermarks_monotonic, published]
 
 
 ALL_CHECKS = [check for view in ALL_VIEWS for check in _checks_for(view)]

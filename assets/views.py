@@ -5,6 +5,7 @@ from typing import Iterator
 import dagster as dg
 
 from assets.partitions import STORE_POOL, TICK_TAG, run_time
+from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
 from pipelines.run import project_views
 from pipelines.status import newest_errors, read_status
@@ -50,6 +51,22 @@ def view_metadata(store: Store, view: View, counts: dict[str, int], streams_touc
     return metadata
 
 
+def publication_metadata(position: Position | str | None, error: str | None) -> dict:
+    """Where the view's PostgreSQL side stands (nothing when publishing is not configured)."""
+    if position is None:
+        return {}
+    if isinstance(position, str):
+        return {"publish_error": dg.MetadataValue.text(error or position)}
+    metadata = {
+        "committed_entry": dg.MetadataValue.int(position.committed or 0),
+        "published_entry": dg.MetadataValue.int(position.published if position.published is not None else -1),
+        "published_behind_entries": dg.MetadataValue.int(position.behind),
+    }
+    if error:
+        metadata["publish_error"] = dg.MetadataValue.text(error)
+    return metadata
+
+
 @dg.multi_asset(specs=VIEW_SPECS, can_subset=True, pool=STORE_POOL)
 def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_store: ReadStoreResource,
                 folders: FoldersResource) -> Iterator[dg.MaterializeResult]:
@@ -61,9 +78,14 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                           progress=context.log.info)
     context.log.info(f"{stats.entries} entries in {stats.passes} passes, {stats.handler_calls} handler calls, "
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
+    if stats.publish_error:
+        context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")
     with Store.open_read_only(home) as store:
-        for view in selected:
+        positions = read_positions(store.con, selected)
+        for i, view in enumerate(selected):
+            position = positions[i] if isinstance(positions, list) else positions
             yield dg.MaterializeResult(
                 asset_key=view.name,
-                metadata=view_metadata(store, view, stats.by_view.get(view.name, {}),
-                                       stats.streams_touched.get(view.name, 0)))
+                metadata={**view_metadata(store, view, stats.by_view.get(view.name, {}),
+                                          stats.streams_touched.get(view.name, 0)),
+                          **publication_metadata(position, stats.publish_error)})

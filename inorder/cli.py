@@ -75,17 +75,28 @@ def cmd_run(args: argparse.Namespace) -> None:
           f"{len(report.run_ids)} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
     for m in rejected:
         print(f"rejected batch (entry {m.get('entry_idx')}): {m.get('rejected_reason')}")
+    failed = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")), None)
+    if failed:  # the views are committed in DuckDB; readers of PostgreSQL lag until it is caught up
+        raise RuntimeError(f"publishing to PostgreSQL failed: {failed} (DuckDB is committed; the next run or "
+                           "`inorder publish` catches up)")
 
 
 def cmd_status(args: argparse.Namespace) -> None:
     from pipelines.status import format_status, open_read_only, read_status
 
+    from pipelines.publish import format_positions, read_positions
+
     views = _views()
     con = open_read_only(Home.from_env())
     try:
         print(format_status(read_status(con, views)))
+        positions = read_positions(con, views)
     finally:
         con.close()
+    if isinstance(positions, str):
+        print(f"PostgreSQL (INORDER_SERVE_POSTGRES): cannot read what is published: {positions}")
+    elif positions is not None:
+        print("\n".join(format_positions(positions)))
 
 
 def cmd_errors(args: argparse.Namespace) -> None:
@@ -161,6 +172,16 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
           f"{time.perf_counter() - started:.1f}s")
 
 
+def cmd_publish(args: argparse.Namespace) -> None:
+    from pipelines.publish import describe
+    from pipelines.registry import view_named
+    from pipelines.run import publish
+
+    views = _views()
+    done = publish(Home.from_env(), views, view_named(views, args.full) if args.full else None)
+    print(f"published {describe(done)}" if done else "every view is published up to DuckDB's newest commit")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="inorder", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -197,6 +218,9 @@ def parser() -> argparse.ArgumentParser:
         which.add_argument("--stream")
         which.add_argument("--all", action="store_true", help="every parked stream of the view")
         o.set_defaults(func=cmd_operator)
+    u = sub.add_parser("publish", help="publish to PostgreSQL (INORDER_SERVE_POSTGRES) what it does not show yet")
+    u.add_argument("--full", metavar="VIEW", help="replace this view's PostgreSQL tables with DuckDB's, in one transaction")
+    u.set_defaults(func=cmd_publish)
     b = sub.add_parser("rebuild", help="truncate a view and replay the archive")
     b.add_argument("view")
     b.set_defaults(func=cmd_rebuild)

@@ -409,3 +409,20 @@ def format_positions(positions: Sequence[Position]) -> list[str]:
         lines.append(f"{p.view}: published to PostgreSQL up to entry "
                      f"{'-' if p.published is None else p.published}, {lag}")
     return lines
+
+
+def read_positions(con: duckdb.DuckDBPyConnection, views: Sequence[View],
+                   target: ServeTarget | None = None) -> list[Position] | str | None:
+    """Each view's published entry against DuckDB's (`inorder status`, the views' metadata, the
+    `published` check): None when publishing is not configured, the error's text when PostgreSQL
+    cannot be read."""
+    import psycopg
+
+    target = target or ServeTarget.from_env()
+    if target is None:
+        return None
+    try:
+        with Publisher(target, connect_timeout=5) as publisher:
+            return publisher.positions(con, views)
+    except (PublishError, psycopg.Error) as exc:
+        return " ".join(str(exc).split()) or type(exc).__name__

@@ -18,7 +18,7 @@ from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch,
                               record_entry, tick_due)
 from pipelines.inspect import SourceMapping
 from pipelines.project import PassResult, pass_folder, plan_passes, run_pass
-from pipelines.publish import Publication, Publishing
+from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -239,6 +239,18 @@ def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
     stats.publications, stats.publish_seconds, stats.publish_error = (
         publishing.publications, publishing.seconds, publishing.error)
     return stats
+
+
+def publish(home: Home, views: Sequence[View], full: View | None = None) -> list[Publication]:
+    """`inorder publish`: bring every view's PostgreSQL side to DuckDB's newest commit (what a crash
+    after a commit, or PostgreSQL being down, left behind); with `full`, replace that view's
+    PostgreSQL tables with DuckDB's in one transaction (and recreate them if their shape changed)."""
+    target = ServeTarget.from_env()
+    if target is None:
+        raise PublishError("INORDER_SERVE_POSTGRES is not set: there is no PostgreSQL to publish to")
+    with Store.open(home, views) as store, Publisher(target) as publisher:
+        done = publisher.publish(store.con, [full], full=True) if full else []
+        return done + publisher.publish(store.con, views)
 
 
 class NotParked(ValueError):

@@ -12,6 +12,11 @@ snapshot before its run, lands that run's files, kills the run, re-runs it, and 
 store (view tables, watermarks, pending, errors, gaps, ledger, ingest log, archive) to equal the
 reference snapshot after that run, with the conservation identity holding; some cases then go
 on with the next run too, to show the home (and its Dagster instance) still works.
+
+With `--postgres DSN` (the CI test starts a server of its own), every run also publishes to
+PostgreSQL (INORDER_SERVE_POSTGRES), each home into a schema of its own: the reference's schema
+is copied after each run, a case starts from the copy made before its run, and after the re-run
+its PostgreSQL tables and `inorder_published` must equal the reference's too.
 """
 
 from __future__ import annotations
@@ -77,12 +82,15 @@ NAMED = [
     ("commit.view_tables", 0, 1), ("commit.ledger", 0, 1), ("project.committed", 0, 1),
     ("ingest.registered", 1, 1), ("tick.recorded", 2, 1), ("order.gap_skipped", 2, 3), ("commit.gaps", 2, 1),
     ("commit.ledger", 3, 1), ("apply.applied", 3, 50),
+    # between the DuckDB commit and the PostgreSQL publication (with --postgres)
+    ("publish.begun", 0, 1), ("publish.staged", 0, 2), ("publish.committed", 0, 1), ("publish.staged", 2, 1),
+    ("publish.begun", 3, 3),
 ]
 # inside DuckDB: the projection's COMMIT (the tick run commits once) and the checkpoint on close
 INSIDE_DUCKDB = [("store.commit", 2, 1, us) for us in (0, 300, 1_000, 3_000, 10_000)] + \
                 [("store.close", 2, 2, us) for us in (0, 1_000, 5_000, 20_000)]
 QUICK = [Crash(0, "ingest.archive_in_place", 2), Crash(0, "dagster.ingested"), Crash(0, "apply.applied", 300),
-         Crash(2, "store.commit", 1, 1_000)]
+         Crash(2, "store.commit", 1, 1_000), Crash(1, "publish.staged", 2)]
 
 
 @dataclass
@@ -106,14 +114,18 @@ def stage(staging: Path, seed: int) -> None:
     (staging / "notes.txt").write_text("not a batch\n")
 
 
-def run_env(home: Path) -> dict[str, str]:
-    """This environment for an `inorder` process on `home`: unarmed, with the home's own Dagster instance."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME"))}
+def run_env(home: Path, serve: tuple[str, str] | None = None) -> dict[str, str]:
+    """This environment for an `inorder` process on `home`: unarmed, with the home's own Dagster instance,
+    publishing to `serve` (PostgreSQL DSN, schema) when given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME", "INORDER_SERVE"))}
+    if serve:
+        env["INORDER_SERVE_POSTGRES"], env["INORDER_SERVE_SCHEMA"] = serve
     return {**env, "INORDER_HOME": str(home)}
 
 
-def inorder_run(home: Path, step: Step, crash: Crash | None = None) -> tuple[int, float, str]:
-    env = run_env(home)
+def inorder_run(home: Path, step: Step, crash: Crash | None = None,
+                serve: tuple[str, str] | None = None) -> tuple[int, float, str]:
+    env = run_env(home, serve)
     if crash is not None and crash.point is not None:
         env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
         env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)
@@ -169,6 +181,34 @@ def first_difference(got: dict[str, list], want: dict[str, list]) -> str:
     return ""
 
 
+def published_snapshot(dsn: str, schema: str) -> dict[str, list]:
+    """Every table of a PostgreSQL schema, sorted (minus `inorder_published.published_at`, a wall-clock stamp)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as pg:
+        pg.execute("SET TimeZone = 'UTC'")
+        snapshot = {}
+        for (table,) in pg.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                                   [schema]).fetchall():
+            columns = "view, entry_idx, batch_id" if table == "inorder_published" else "*"
+            snapshot[f"pg:{table}"] = sorted(repr(r) for r in pg.execute(
+                f'SELECT {columns} FROM "{schema}"."{table}"').fetchall())
+    return snapshot
+
+
+def copy_schema(dsn: str, source: str | None, target: str) -> None:
+    """Replace schema `target` with a copy of `source` (tables, keys and rows), or an empty one."""
+    import psycopg
+
+    with psycopg.connect(dsn) as pg:
+        pg.execute(f'DROP SCHEMA IF EXISTS "{target}" CASCADE')
+        pg.execute(f'CREATE SCHEMA "{target}"')
+        for (table,) in pg.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                                   [source]).fetchall():
+            pg.execute(f'CREATE TABLE "{target}"."{table}" (LIKE "{source}"."{table}" INCLUDING ALL)')
+            pg.execute(f'INSERT INTO "{target}"."{table}" SELECT * FROM "{source}"."{table}"')
+
+
 def unfinished_dagster_runs(home: Path) -> int:
     """Runs left 'started' (or queued) in the home's Dagster instance: a killed run must not stay so."""
     import dagster as dg
@@ -197,10 +237,23 @@ def conserved(home: Path) -> bool:
 class Sweep:
     root: Path
     seed: int = 1
+    postgres: str | None = None  # a DSN: every run also publishes there (see the module's docstring)
     step_seconds: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.staging = self.root / "staging"
+
+    @staticmethod
+    def schema_of(home: Path) -> str:
+        """The PostgreSQL schema holding what `home` published (a reference snapshot's: its copy)."""
+        return home.name.replace("-", "_")
+
+    def serve(self, schema: str) -> tuple[str, str] | None:
+        return (self.postgres, schema) if self.postgres else None
+
+    def snapshot(self, home: Path, schema: str) -> dict[str, list]:
+        """The store, and with --postgres the home's published schema."""
+        return {**store_snapshot(home), **(published_snapshot(self.postgres, schema) if self.postgres else {})}
 
     def snapshot_home(self, after_step: int) -> Path:
         return self.root / f"reference-{after_step}"
@@ -211,13 +264,19 @@ class Sweep:
         self.root.mkdir(parents=True)
         stage(self.staging, self.seed)
         home = self.root / "reference"
+        if self.postgres:
+            copy_schema(self.postgres, None, "reference")
         for i, step in enumerate(STEPS[:runs]):
             land(self.staging, home, step)
-            code, seconds, output = inorder_run(home, step)
+            code, seconds, output = inorder_run(home, step, serve=self.serve("reference"))
             if code != 0:
                 raise RuntimeError(f"reference run {i + 1} failed:\n{output}")
             self.step_seconds.append(seconds)
             shutil.copytree(home, self.snapshot_home(i))
+            if self.postgres:
+                copy_schema(self.postgres, "reference", self.schema_of(self.snapshot_home(i)))
+                if not published_snapshot(self.postgres, "reference").get("pg:inorder_published"):
+                    raise RuntimeError(f"reference run {i + 1} published nothing to PostgreSQL:\n{output}")
 
     def try_crash(self, crash: Crash, go_on: bool = False) -> Outcome:
         started = time.perf_counter()
@@ -227,24 +286,30 @@ class Sweep:
             home.mkdir()
         else:
             shutil.copytree(self.snapshot_home(crash.step - 1), home)
+        if self.postgres:
+            copy_schema(self.postgres, self.schema_of(self.snapshot_home(crash.step - 1)) if crash.step else None,
+                        "case")
+        serve = self.serve("case")
         step = STEPS[crash.step]
         land(self.staging, home, step)
-        code, _, output = inorder_run(home, step, crash)
+        code, _, output = inorder_run(home, step, crash, serve)
         killed = code == -signal.SIGKILL
         if crash.point is not None and not crash.delay_us and not killed:
             raise AssertionError(f"{crash.label}: the crash point was not reached (exit {code}):\n{output[-2000:]}")
-        code, _, output = inorder_run(home, step)
+        code, _, output = inorder_run(home, step, serve=serve)
         if code != 0:
             return Outcome(crash.label, killed, False, False, None, time.perf_counter() - started,
                            f"re-run failed: {output[-1500:]}")
-        difference = first_difference(store_snapshot(home), store_snapshot(self.snapshot_home(crash.step)))
+        reference = self.snapshot_home(crash.step)
+        difference = first_difference(self.snapshot(home, "case"), self.snapshot(reference, self.schema_of(reference)))
         if not difference and unfinished_dagster_runs(home):
             difference = f"{unfinished_dagster_runs(home)} Dagster runs left unfinished"
         continued = None
         if go_on and crash.step + 1 < len(STEPS):
             land(self.staging, home, STEPS[crash.step + 1])
-            code, _, output = inorder_run(home, STEPS[crash.step + 1])
-            after = first_difference(store_snapshot(home), store_snapshot(self.snapshot_home(crash.step + 1)))
+            code, _, output = inorder_run(home, STEPS[crash.step + 1], serve=serve)
+            following = self.snapshot_home(crash.step + 1)
+            after = first_difference(self.snapshot(home, "case"), self.snapshot(following, self.schema_of(following)))
             continued = code == 0 and not after
             difference = difference or (after and f"next run: {after}") or (code and output[-1500:]) or ""
         return Outcome(crash.label, killed, not difference, conserved(home), continued,
@@ -277,8 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--random", type=int, default=10, help="random-moment kills (full sweep)")
     p.add_argument("--out", default=".inorder/crash-sweep")
+    p.add_argument("--postgres", metavar="DSN", help="publish every run to this PostgreSQL and compare it too")
     args = p.parse_args(argv)
-    sweep = Sweep(Path(args.out).resolve(), args.seed)
+    sweep = Sweep(Path(args.out).resolve(), args.seed, args.postgres)
     plan = QUICK if args.quick else None
     sweep.prepare(runs=3 if args.quick else len(STEPS))
     print(f"reference: {len(STEPS)} runs in {', '.join(f'{s:.1f}' for s in sweep.step_seconds)} s", flush=True)

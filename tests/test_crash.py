@@ -1,6 +1,7 @@
 """Crash anywhere, the CI part: a few crash points of tests/crash_sweep.py (the full sweep runs from
 `./scripts/reliability.sh`). Each kills `inorder run` with SIGKILL, re-runs it, and needs the whole
-store to equal the uninterrupted run's."""
+store to equal the uninterrupted run's, and what it published to a real PostgreSQL to equal what the
+uninterrupted run published (a crash between the DuckDB commit and the publication among them)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from tests.crash_sweep import QUICK, Crash, Sweep
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Sweep:
-    sweep = Sweep(tmp_path_factory.mktemp("crash"), seed=3)
-    sweep.prepare(runs=3)  # QUICK kills runs 1 and 3 and goes on from run 1 to run 2
+def sweep(tmp_path_factory, postgres) -> Sweep:
+    sweep = Sweep(tmp_path_factory.mktemp("crash"), seed=3, postgres=postgres)
+    sweep.prepare(runs=3)  # QUICK kills runs 1, 2 and 3 and goes on from run 1 to run 2
     return sweep
 
 

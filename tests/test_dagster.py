@@ -37,7 +37,7 @@ def test_asset_graph_has_the_expected_keys_and_checks():
     assert keys == {"event_batches", "accounts", "account_activity", "daily_totals", "errors", "gaps"}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {(v.name, n) for v in BANK_VIEWS
-                      for n in ("expectations", "conservation", "watermarks_never_move_back")}
+                      for n in ("expectations", "conservation", "watermarks_never_move_back", "published")}
     for view in BANK_VIEWS:
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
     assert {"ingest_batch", "project_views", "rebuild_view"} <= {j.name for j in defs.resolve_all_job_defs()}
