@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = data.bank_batches(cache, args.events)
     batches = [data.incremental_batch(cache, args.increment, r) for r in range(1, args.rounds + 1 + args.profile)]
     results: dict = {"events": args.events, "increment": args.increment, "rounds": args.rounds,
-                     "cores": os.cpu_count(), "code": git_state()}
+                     "cores": os.cpu_count(), "code": git_state(), "load_average_at_start": os.getloadavg()}
     started = time.perf_counter()
     server = PostgresServer(durable=True).start()
     try:
@@ -405,13 +405,17 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     results["seconds"] = time.perf_counter() - started
+    results["load_average_at_end"] = os.getloadavg()
 
     print(json.dumps({k: v for k, v in results.items() if k != "profile"}, default=str))
     if "profile" in results:
         print(json.dumps({"profile_steps": results["profile"]["steps"]}))
     b, inc = results["bulk"], results["incremental"]
     print()
-    print(f"machine: {results['cores']} cores; PostgreSQL {results['postgres']} (fsync on); code {results['code']}")
+    load = "/".join(f"{a:.1f}" for a in results["load_average_at_start"])
+    print(f"machine: {results['cores']} cores, load average {load} at the start "
+          f"({results['load_average_at_end'][0]:.1f} at the end); PostgreSQL {results['postgres']} (fsync on); "
+          f"code {results['code']}")
     print(f"bulk {args.events:,} events: without publishing {b['plain']['wall_s']:.1f} s, with "
           f"{b['served']['wall_s']:.1f} s (ratio {b['ratio']:.3f}; in-run ratio {b['in_run_ratio']:.3f}); published "
           f"{b['served']['published_rows']:,} rows in {b['served']['publish_s']:.1f} s = {b['rows_per_s']:,.0f} rows/s")

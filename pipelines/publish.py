@@ -59,6 +59,11 @@ class PublishError(RuntimeError):
     """The PostgreSQL side cannot take a publication (unreachable, or a table that does not match its view)."""
 
 
+class TableMismatch(PublishError):
+    """A view's PostgreSQL table has other columns or keys than the view declares: that view waits for
+    `inorder publish --full`, the others go on."""
+
+
 @dataclass(frozen=True)
 class ServeTarget:
     """Where views are published: a libpq connection string and a schema."""
@@ -127,6 +132,7 @@ class Publisher:
             raise PublishError(f"cannot connect to PostgreSQL (INORDER_SERVE_POSTGRES): "
                                f"{' '.join(str(exc).split())}") from None
         self._ready: set[str] = set()
+        self.refused: dict[str, str] = {}  # view -> why it was not published (TableMismatch)
 
     def close(self) -> None:
         self.pg.close()
@@ -184,7 +190,7 @@ class Publisher:
                 continue
             if shape is not None:
                 if not recreate:
-                    raise PublishError(
+                    raise TableMismatch(
                         f"PostgreSQL table {self.target.schema}.{table.name} does not match view {view.name}'s "
                         f"declaration: run `inorder publish --full {view.name}` to replace it")
                 self.pg.execute(f"DROP TABLE {self.target.qualified(table.name)}")
@@ -236,7 +242,13 @@ class Publisher:
                 continue
             entry_idx, batch_id = committed.get(view.name, (0, None))
             crash_point("publish.begun")
-            publication = self._publish_view(con, view, entry_idx, batch_id, (pass_start or {}).get(view.name), full)
+            try:
+                publication = self._publish_view(con, view, entry_idx, batch_id, (pass_start or {}).get(view.name),
+                                                 full)
+            except TableMismatch as exc:
+                self.refused[view.name] = str(exc)
+                continue
+            self.refused.pop(view.name, None)
             if publication is not None:
                 publications.append(publication)
             crash_point("publish.committed")
@@ -351,9 +363,10 @@ def describe(publications: Sequence[Publication]) -> str:
 class Publishing:
     """The PostgreSQL side of one projection (nothing when INORDER_SERVE_POSTGRES is unset).
 
-    DuckDB stays the source of truth: when publishing fails, the projection goes on, the error is
-    kept for the run's report, and no more publication is tried in this projection; the next run
-    or `inorder publish` catches up from `inorder_published`."""
+    DuckDB stays the source of truth: when publishing fails, the projection goes on and the error is
+    kept for the run's report. When PostgreSQL cannot be reached, no more publication is tried in
+    this projection; a view refused for a table that does not match waits alone. The next run or
+    `inorder publish` catches up from `inorder_published`."""
 
     def __init__(self, say: Callable[[str], None], target: ServeTarget | None = None) -> None:
         self.target = target or ServeTarget.from_env()
@@ -362,10 +375,12 @@ class Publishing:
         self.publications: list[Publication] = []
         self.seconds = 0.0
         self._publisher: Publisher | None = None
+        self._down = False
+        self._refusals: set[str] = set()
 
     @property
     def active(self) -> bool:
-        return self.target is not None and self.error is None
+        return self.target is not None and not self._down
 
     def _do(self, action: Callable[[Publisher], list[Publication] | None]) -> None:
         import psycopg
@@ -378,9 +393,8 @@ class Publishing:
                 self._publisher = Publisher(self.target)
             done = action(self._publisher) or []
         except (PublishError, psycopg.Error) as exc:
-            self.error = " ".join(str(exc).split()) or type(exc).__name__
-            self.say(f"publishing to PostgreSQL failed: {self.error}; DuckDB is committed, and the next run "
-                     "or `inorder publish` catches up")
+            self._failed(" ".join(str(exc).split()) or type(exc).__name__)
+            self._down = True
             self.close()
             return
         finally:
@@ -388,6 +402,15 @@ class Publishing:
         self.publications.extend(done)
         if done:
             self.say(f"published {describe(done)}")
+        for view, reason in self._publisher.refused.items():
+            if view not in self._refusals:  # once per view, not at every pass
+                self._refusals.add(view)
+                self._failed(reason)
+
+    def _failed(self, reason: str) -> None:
+        self.error = self.error or reason
+        self.say(f"publishing to PostgreSQL failed: {reason}; DuckDB is committed, and the next run "
+                 "or `inorder publish` catches up")
 
     def publish(self, con: duckdb.DuckDBPyConnection, views: Sequence[View], pass_start: dict[str, int] | None = None,
                 full: bool = False) -> None:

@@ -250,7 +250,10 @@ def publish(home: Home, views: Sequence[View], full: View | None = None) -> list
         raise PublishError("INORDER_SERVE_POSTGRES is not set: there is no PostgreSQL to publish to")
     with Store.open(home, views) as store, Publisher(target) as publisher:
         done = publisher.publish(store.con, [full], full=True) if full else []
-        return done + publisher.publish(store.con, views)
+        done += publisher.publish(store.con, views)
+    if publisher.refused:  # the other views were published
+        raise PublishError(next(iter(publisher.refused.values())))
+    return done
 
 
 class NotParked(ValueError):
