@@ -1,17 +1,23 @@
 """Asset checks on every view: its Great Expectations suite, the conservation identity (blocking),
-that no stream's watermark moved backwards, and that PostgreSQL shows its newest commit."""
+that no stream's watermark moved backwards, that PostgreSQL shows its newest commit, and what an
+operator must act on (error and late rates over the view's thresholds, streams blocked past their
+timers, parked streams); on `event_batches`: no new rejected files."""
 
 import logging
 import os
+from datetime import datetime, timezone
 from typing import Any
 
 import dagster as dg
 
+from pipelines.health import (judge_rate, newest_entry, overdue_streams, parked_streams, recent_windows,
+                              rejected_after)
 from pipelines.publish import read_positions
 from pipelines.registry import load_views
 from pipelines.status import read_status
 from pipelines.store import Store
 from pipelines.view import Expectation, View
+from assets.schedules import TICK_INTERVAL
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
 ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
@@ -140,7 +146,93 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
         }, description=None if position.current else
             f"PostgreSQL is {position.behind} entries behind DuckDB: `inorder publish` catches it up")
 
-    return [expectations, conservation, watermarks_monotonic, published]
+    def rate_check(name: str, outcome: str, what: str) -> dg.AssetChecksDefinition:
+        thresholds = getattr(view.alerts, f"{outcome}_rate")
+
+        @dg.asset_check(asset=view.name, name=name,
+                        description=f"The share of selected messages that were {what}, in the last run and over the "
+                                    f"last 24 h of logical time: warns above {thresholds.warn:.2%}, fails above "
+                                    f"{thresholds.error:.2%} (the view's `alerts`)")
+        def check(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
+            with Store.open_read_only(inorder_home(read_store, folders)) as store:
+                windows = recent_windows(store.con, view.name)
+            verdict = judge_rate(outcome, windows, thresholds)
+            metadata: dict = {"warn_above": dg.MetadataValue.float(thresholds.warn),
+                              "fail_above": dg.MetadataValue.float(thresholds.error)}
+            for w in windows:
+                prefix = w.label.replace(" ", "_")
+                metadata[f"{prefix}/rate"] = dg.MetadataValue.float(round(w.rate(outcome), 6))
+                metadata[f"{prefix}/{outcome}"] = dg.MetadataValue.int(getattr(w, outcome))
+                metadata[f"{prefix}/selected"] = dg.MetadataValue.int(w.selected)
+            return _verdict(verdict, metadata)
+
+        return check
+
+    @dg.asset_check(asset=view.name, name="no_overdue_blocked_streams",
+                    description=f"No stream blocked longer than its gap_timeout ({view.gap_timeout:g}s) plus the "
+                                f"tick interval ({TICK_INTERVAL.total_seconds():g}s) by the wall clock: a gap timer "
+                                "that should have fired did not (is the tick schedule running?)")
+    def no_overdue_blocked_streams(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
+            now = max(datetime.now(timezone.utc), store.con.execute(
+                "SELECT coalesce(max(received_at), now()) FROM inorder.ingest_log").fetchone()[0])
+            count, oldest = overdue_streams(store.con, view, now, TICK_INTERVAL)
+        return dg.AssetCheckResult(passed=count == 0, metadata={
+            "overdue_streams": dg.MetadataValue.int(count),
+            "oldest": dg.MetadataValue.json([{"stream_id": o.stream_id, "waiting_for_seq": o.waiting_for,
+                                             "blocked_since": o.blocked_since.isoformat(),
+                                             "timer_due_at": o.due_at.isoformat(),
+                                             "overdue_seconds": round(o.overdue_seconds)} for o in oldest]),
+        }, description=None if count == 0 else
+            f"{count} streams are blocked past their gap timer: `inorder pending --view {view.name}` lists them")
+
+    @dg.asset_check(asset=view.name, name="no_parked_streams",
+                    description="No stream parked by a handler error, waiting for `inorder retry` or `inorder skip` "
+                                "(warns)")
+    def no_parked_streams(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
+            count, first = parked_streams(store.con, view.name)
+        return dg.AssetCheckResult(
+            passed=count == 0, severity=dg.AssetCheckSeverity.WARN,
+            metadata={"parked_streams": dg.MetadataValue.int(count),
+                      "first": dg.MetadataValue.json([{"stream_id": s, "parked_seq": q, "attempts": a}
+                                                      for s, q, a in first])},
+            description=None if count == 0 else
+            f"{count} parked streams: fix the view, then `inorder retry --view {view.name} --all` "
+            f"(or `inorder skip`)")
+
+    return [expectations, conservation, watermarks_monotonic, published,
+            rate_check("handler_error_rate", "handler_error", "handler errors"),
+            rate_check("late_rate", "late", "late (after their gap was skipped)"),
+            no_overdue_blocked_streams, no_parked_streams]
 
 
-ALL_CHECKS = [check for view in ALL_VIEWS for check in _checks_for(view)]
+def _verdict(verdict, metadata: dict) -> dg.AssetCheckResult:
+    severity = dg.AssetCheckSeverity.WARN if verdict.severity == "WARN" else dg.AssetCheckSeverity.ERROR
+    return dg.AssetCheckResult(passed=verdict.passed, severity=severity, metadata=metadata,
+                               description=verdict.description)
+
+
+NO_NEW_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_new_rejected_files")
+
+
+@dg.asset_check(asset="event_batches", name=NO_NEW_REJECTED.name,
+                description="No landing file was rejected (unreadable, clashing or changed) since this check last ran")
+def no_new_rejected_files(context: dg.AssetCheckExecutionContext, read_store: ReadStoreResource,
+                          folders: FoldersResource) -> dg.AssetCheckResult:
+    previous = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [NO_NEW_REJECTED]).get(NO_NEW_REJECTED)
+    checked = previous.evaluation.metadata.get("checked_up_to_entry") if previous and previous.evaluation else None
+    after = int(checked.value) if checked is not None else 0
+    with Store.open_read_only(inorder_home(read_store, folders)) as store:
+        rejected, newest = rejected_after(store.con, after), newest_entry(store.con)
+    return dg.AssetCheckResult(passed=not rejected, metadata={
+        "checked_up_to_entry": dg.MetadataValue.int(newest),
+        "new_rejected_files": dg.MetadataValue.int(len(rejected)),
+        "rejected": dg.MetadataValue.md("\n".join(f"- `{r.batch_id}` (entry {r.entry_idx}): {r.reason}"
+                                                   for r in rejected) or "none"),
+    }, description=None if not rejected else
+        f"{len(rejected)} landing files rejected since entry {after}: {rejected[0].batch_id}: {rejected[0].reason}")
+
+
+ALL_CHECKS = [check for view in ALL_VIEWS for check in _checks_for(view)] + [no_new_rejected_files]

@@ -3,7 +3,6 @@
 import dagster as dg
 
 from assets.ingest import event_batches
-from assets.logs import errors, gaps
 from assets.partitions import STORE_POOL, STORE_TAGS
 from assets.views import projections
 from pipelines.registry import load_views, view_named
@@ -12,7 +11,7 @@ from resources import FoldersResource, ReadStoreResource, SparkResource, inorder
 
 ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
-PROJECTION = dg.AssetSelection.assets(projections, errors, gaps)
+PROJECTION = dg.AssetSelection.assets(projections)  # the views, and the error and gap logs
 
 ingest_job = dg.define_asset_job(
     "ingest_batch", selection=dg.AssetSelection.assets(event_batches) | PROJECTION,

@@ -1,57 +1,55 @@
-"""`errors` and `gaps`: the error log and the gap log of the read store, as assets."""
+"""`errors` and `gaps`: the error log and the gap log of the read store, as assets.
+
+They are outputs of the projection step (assets/views.py), so they are materialised after its
+commit in the same step, whether or not every view changed."""
 
 import dagster as dg
 
-from assets.partitions import STORE_POOL
-from pipelines.registry import load_views
 from pipelines.status import newest_errors
 from pipelines.store import Store
-from resources import FoldersResource, ReadStoreResource, inorder_home
 
-ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
-
-VIEW_KEYS = [dg.AssetKey(view.name) for view in ALL_VIEWS]
+LOG_SPECS = [
+    dg.AssetSpec("errors", group_name="logs", kinds={"duckdb"}, skippable=True,
+                 description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
+                             "and the rejected batch files of the ingest log."),
+    dg.AssetSpec("gaps", group_name="logs", kinds={"duckdb"}, skippable=True,
+                 description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why."),
+]
 
 
 def _counts(store: Store, sql: str) -> dict[str, int]:
     return {key: int(n) for key, n in store.con.execute(sql).fetchall()}
 
 
-@dg.asset(deps=VIEW_KEYS, group_name="logs", kinds={"duckdb"}, pool=STORE_POOL,
-          description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
-                      "and the rejected batch files of the ingest log.")
-def errors(read_store: ReadStoreResource, folders: FoldersResource) -> dg.MaterializeResult:
-    with Store.open_read_only(inorder_home(read_store, folders)) as store:
-        by_kind = _counts(store, "SELECT kind, count(*) FROM inorder.errors GROUP BY ALL ORDER BY 1")
-        by_view_kind = _counts(store, "SELECT coalesce(view, '(ingest)') || ' / ' || kind, count(*) "
-                                      "FROM inorder.errors GROUP BY ALL ORDER BY 1")
-        rejected = store.con.execute("SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' "
-                                     "ORDER BY entry_idx").fetchall()
-        table = newest_errors(store.con, limit=20)
-    metadata = {
+def errors_metadata(store: Store) -> dict:
+    by_kind = _counts(store, "SELECT kind, count(*) FROM inorder.errors GROUP BY ALL ORDER BY 1")
+    by_view_kind = _counts(store, "SELECT coalesce(view, '(ingest)') || ' / ' || kind, count(*) "
+                                  "FROM inorder.errors GROUP BY ALL ORDER BY 1")
+    rejected = store.con.execute("SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' "
+                                 "ORDER BY entry_idx").fetchall()
+    return {
         "total": dg.MetadataValue.int(sum(by_kind.values())),
         **{f"kind/{kind}": dg.MetadataValue.int(n) for kind, n in by_kind.items()},
         "by_view_and_kind": dg.MetadataValue.json(by_view_kind),
         "rejected_batches": dg.MetadataValue.int(len(rejected)),
         "rejected": dg.MetadataValue.md("\n".join(f"- `{b}`: {r}" for b, r in rejected) or "none"),
-        "newest_errors": dg.MetadataValue.md(table),
+        "newest_errors": dg.MetadataValue.md(newest_errors(store.con, limit=20)),
         "dagster/row_count": dg.MetadataValue.int(sum(by_kind.values())),
     }
-    return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(deps=VIEW_KEYS, group_name="logs", kinds={"duckdb"}, pool=STORE_POOL,
-          description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why.")
-def gaps(read_store: ReadStoreResource, folders: FoldersResource) -> dg.MaterializeResult:
-    with Store.open_read_only(inorder_home(read_store, folders)) as store:
-        by_view_reason = _counts(store, "SELECT view || ' / ' || reason, count(*) FROM inorder.gaps "
-                                        "GROUP BY ALL ORDER BY 1")
-        missing = store.con.execute(
-            "SELECT coalesce(sum(last_missing - first_missing + 1), 0) FROM inorder.gaps").fetchone()[0]
+def gaps_metadata(store: Store) -> dict:
+    by_view_reason = _counts(store, "SELECT view || ' / ' || reason, count(*) FROM inorder.gaps "
+                                    "GROUP BY ALL ORDER BY 1")
+    missing = store.con.execute(
+        "SELECT coalesce(sum(last_missing - first_missing + 1), 0) FROM inorder.gaps").fetchone()[0]
     total = sum(by_view_reason.values())
-    return dg.MaterializeResult(metadata={
+    return {
         "total": dg.MetadataValue.int(total),
         "seqs_skipped": dg.MetadataValue.int(int(missing)),
         "by_view_and_reason": dg.MetadataValue.json(by_view_reason),
         "dagster/row_count": dg.MetadataValue.int(total),
-    })
+    }
+
+
+LOG_METADATA = {"errors": errors_metadata, "gaps": gaps_metadata}

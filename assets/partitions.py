@@ -11,6 +11,15 @@ NOW_TAG = "inorder/now"  # logical time of a run (ISO 8601); the wall clock when
 TICK_TAG = "inorder/tick"  # "true": record a tick before projecting, so gap timers fire
 
 
+CLI_HOME_TAG = "inorder/cli_home"  # the home an `inorder run` worked on
+_LAUNCHERS = ("dagster/sensor_name", "dagster/schedule_name", CLI_HOME_TAG)
+
+
+def launched_automatically(context) -> bool:
+    """Started by the landing sensor, the tick schedule or `inorder run` (not by a person in the UI)."""
+    return any(tag in context.run.tags for tag in _LAUNCHERS)
+
+
 def run_time(context) -> datetime | None:
     """The run's logical time from its tag, or None for the wall clock."""
     text = context.run.tags.get(NOW_TAG)

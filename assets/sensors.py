@@ -1,53 +1,67 @@
 """The landing sensor: a new batch file → a dynamic partition and one run to ingest and project it."""
 
 import json
+from contextlib import contextmanager
+from typing import Iterator
 
 import dagster as dg
+import duckdb
 
 from assets.jobs import ingest_job
 from assets.partitions import BATCHES
-from pipelines.ingest import batch_id_of, current_version, landing_files
+from pipelines.ingest import new_landing_files
+from pipelines.store import ENGINE_DDL, Home, Store, StoreBusy
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
+STORE_WAIT_SECONDS = 10.0  # a sensor evaluation has 60 s: a store held longer is looked at next time
 
-@dg.sensor(job=ingest_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Adds a partition of event_batches per new landing file (or changed file) and requests its run")
+
+@contextmanager
+def _ingest_log(home: Home) -> Iterator[Store]:
+    """The store read-only; before the first run, an empty one (nothing is ingested yet)."""
+    if home.database.exists():
+        home.file_wait_seconds = min(home.file_wait_seconds, STORE_WAIT_SECONDS)
+        with Store.open_read_only(home) as store:
+            yield store
+        return
+    con = duckdb.connect(":memory:")
+    con.execute(ENGINE_DDL)
+    with Store(con, None, home, read_only=True) as store:
+        yield store
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Adds a partition of event_batches per landing file the ingest log does not hold yet "
+                       "(or a changed file's new content) and requests its run")
 def landing_sensor(context: dg.SensorEvaluationContext, read_store: ReadStoreResource,
-                   folders: FoldersResource) -> dg.SensorResult:
-    """The cursor maps each requested partition key to its file, with the file's size and mtime (for
-    files still in the landing folder). A file whose stem another file already claimed gets its whole
-    name as key, so it is ingested as a visible clash, never skipped. A claimed file whose size or mtime
-    changes gets a run under `name@hash` of its new content, which sets that content aside as a rejected
-    batch (or finds it unchanged). The run_key is the partition key, so even a lost cursor never makes
-    Dagster launch a batch twice."""
-    claimed = {key: _claim(value) for key, value in (json.loads(context.cursor) if context.cursor else {}).items()}
+                   folders: FoldersResource) -> dg.SensorResult | dg.SkipReason:
+    """What is new is what `inorder run` would ingest (`pipelines.ingest.new_landing_files`, read from the
+    ingest log): a file already ingested, by the CLI or by an earlier run, never starts a run; a file
+    whose stem another file claimed gets its whole name as key (ingested as a visible clash, never
+    skipped); a changed file gets `name@hash` (set aside as a rejected batch). The cursor keeps the
+    keys requested but not yet in the ingest log, with the file's size and mtime, so a queued run is
+    not requested again; the run_key is the partition key, so even a lost cursor never launches a
+    batch twice."""
+    requested = json.loads(context.cursor) if context.cursor else {}
     home = inorder_home(read_store, folders)
-    present = landing_files(home)
-    new = []
-    for path in present:
+    try:
+        with _ingest_log(home) as store:
+            new = new_landing_files(store, home)
+    except StoreBusy as busy:
+        return dg.SkipReason(f"the read store is busy ({busy}); the next evaluation looks again")
+    waiting, keys = {}, []
+    for landing in new:
         try:
-            stat = path.stat()
-            key = batch_id_of(path)
-            if claimed.get(key, [path.name])[0] != path.name:
-                key = path.name
-            now = [path.name, stat.st_size, stat.st_mtime_ns]
-            before = claimed.setdefault(key, now)
-            if before is now:
-                new.append(key)
-            elif before[1] is not None and before[1:] != now[1:]:
-                new.append(current_version(home, path)[0])
-            claimed[key] = now
+            stat = landing.path.stat()
         except OSError:
-            continue  # gone or unreadable since it was listed: the next evaluation looks again
-    names = {p.name for p in present}
+            continue  # gone since it was listed: the next evaluation looks again
+        now = [landing.path.name, stat.st_size, stat.st_mtime_ns]
+        if requested.get(landing.batch_id) != now:
+            keys.append(landing.batch_id)
+        waiting[landing.batch_id] = now
     existing = set(context.instance.get_dynamic_partitions(BATCHES.name))
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=key, run_key=key) for key in new],
-        dynamic_partitions_requests=[BATCHES.build_add_request([k for k in new if k not in existing])] if new else [],
-        cursor=json.dumps({k: v for k, v in sorted(claimed.items()) if v[0] in names}),
+        run_requests=[dg.RunRequest(partition_key=key, run_key=key) for key in keys],
+        dynamic_partitions_requests=[BATCHES.build_add_request([k for k in keys if k not in existing])] if keys else [],
+        cursor=json.dumps(dict(sorted(waiting.items()))),
     )
-
-
-def _claim(value: str | list) -> list:
-    """[file name, size, mtime_ns]; a cursor written before sizes were kept holds the file name alone."""
-    return value if isinstance(value, list) else [value, None, None]

@@ -4,7 +4,8 @@ from typing import Iterator
 
 import dagster as dg
 
-from assets.partitions import STORE_POOL, TICK_TAG, run_time
+from assets.logs import LOG_METADATA, LOG_SPECS
+from assets.partitions import STORE_POOL, TICK_TAG, launched_automatically, run_time
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
 from pipelines.run import project_views
@@ -23,7 +24,7 @@ def _description(view: View) -> str:
 
 
 VIEW_SPECS = [
-    dg.AssetSpec(view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"},
+    dg.AssetSpec(view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"}, skippable=True,
                  description=_description(view),
                  metadata={"dagster/column_schema": dg.TableSchema(columns=[
                      dg.TableColumn(name, sql_type) for t in view.tables for name, sql_type in t.columns.items()])})
@@ -67,10 +68,16 @@ def publication_metadata(position: Position | str | None, error: str | None) -> 
     return metadata
 
 
-@dg.multi_asset(specs=VIEW_SPECS, can_subset=True, pool=STORE_POOL)
+@dg.multi_asset(specs=VIEW_SPECS + LOG_SPECS, can_subset=True, pool=STORE_POOL)
 def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_store: ReadStoreResource,
                 folders: FoldersResource) -> Iterator[dg.MaterializeResult]:
-    """Project every archived batch not yet committed for the selected views, in ingest order."""
+    """Project every archived batch not yet committed for the selected views, in ingest order.
+
+    A run the sensor, the tick schedule or `inorder run` started materialises only the views whose
+    streams it walked (so a tick with no timer due materialises nothing, and the views' checks, the
+    Great Expectations suites among them, run only after a change); a run a person launched
+    materialises every view it selected. The `errors` and `gaps` logs are materialised when selected,
+    unless an automatic tick walked nothing."""
     home = inorder_home(read_store, folders)
     selected = [v for v in ALL_VIEWS if dg.AssetKey(v.name) in context.selected_asset_keys]
     tick = context.run.tags.get(TICK_TAG) == "true"
@@ -80,12 +87,18 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
     if stats.publish_error:
         context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")
+    automatic = launched_automatically(context)
     with Store.open_read_only(home) as store:
         positions = read_positions(store.con, selected)
         for i, view in enumerate(selected):
+            if automatic and not stats.streams_touched.get(view.name):
+                continue
             position = positions[i] if isinstance(positions, list) else positions
             yield dg.MaterializeResult(
                 asset_key=view.name,
                 metadata={**view_metadata(store, view, stats.by_view.get(view.name, {}),
                                           stats.streams_touched.get(view.name, 0)),
                           **publication_metadata(position, stats.publish_error)})
+        for key, metadata in LOG_METADATA.items():
+            if dg.AssetKey(key) in context.selected_asset_keys and not (automatic and tick and not stats.streams_touched):
+                yield dg.MaterializeResult(asset_key=key, metadata=metadata(store))

@@ -12,6 +12,7 @@ from typing import Callable
 
 import dagster as dg
 
+from assets.partitions import CLI_HOME_TAG
 from pipelines.faults import crash_point
 from pipelines.ingest import check_logical_time, new_landing_files, tick_due
 from pipelines.project import plan_passes
@@ -62,9 +63,6 @@ def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
         if materialization.asset_key == dg.AssetKey(key):
             return {k: v.value for k, v in materialization.metadata.items()}
     return {}
-
-
-CLI_HOME_TAG = "inorder/cli_home"  # the home an `inorder run` worked on
 
 
 def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:

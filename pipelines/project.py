@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,6 +112,26 @@ def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_00
     return passes
 
 
+# A buffered stream (pending p, watermark w) the entry at l.t_us must walk even without new messages: its
+# gap timer is due, or its buffer is over max_pending (l: the view's limits); the others would walk
+# to the state they have.
+WALK_BUFFER = ("(w.stream_id IS NULL OR (NOT w.parked AND (w.blocked_since IS NULL "
+               "OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us OR w.pending_count > l.max_pending)))")
+
+
+def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
+    """The views that have a buffered stream a tick at `t_us` would walk (the tick schedule asks)."""
+    limits = [(v.name, t_us, v.gap_timeout_us, v.max_pending) for v in views]
+    if not limits:
+        return []
+    values = ", ".join("(?, ?, ?, ?)" for _ in limits)
+    return [r[0] for r in con.execute(
+        f"""SELECT DISTINCT p.view FROM inorder.pending p
+            JOIN (VALUES {values}) l(view, t_us, gap_timeout_us, max_pending) USING (view)
+            LEFT JOIN inorder.watermarks w USING (view, stream_id) WHERE {WALK_BUFFER} ORDER BY 1""",
+        [x for row in limits for x in row]).fetchall()]
+
+
 def _table_rows(store: Store, sql: str, params: list) -> tuple[list[str], list[tuple]]:
     cursor = store.con.execute(sql, params)
     return [d[0] for d in cursor.description], cursor.fetchall()
@@ -142,12 +162,11 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     con.executemany("INSERT INTO pass_limits VALUES (?, ?, ?, ?)", [
         (v.name, max(e.t_us for e in plan.by_view[v.name]), v.gap_timeout_us, v.max_pending)
         for v in views if v.name in plan.by_view])
-    con.execute("""
+    con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_streams AS
         SELECT DISTINCT p.view, p.stream_id FROM inorder.pending p JOIN pass_limits l USING (view)
               LEFT JOIN inorder.watermarks w USING (view, stream_id)
-              WHERE w.stream_id IS NULL OR (NOT w.parked AND (w.blocked_since IS NULL
-                    OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us OR w.pending_count > l.max_pending))
+              WHERE {WALK_BUFFER}
         UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
               JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
         UNION SELECT t.view, m.stream_id FROM pass_messages m
@@ -399,13 +418,17 @@ def pass_folder(home: Home) -> Path:
     return home.root / "scratch" / "pass"
 
 
-def run_pass(spark: SparkSession, store: Store, home: Home, views: list[View], plan: PassPlan,
+def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views: list[View], plan: PassPlan,
              first_seq: int) -> PassResult:
-    """Order and apply one pass in Spark; returns the pass output for `commit_pass`. The DuckDB file
-    is held only while the pass's inputs are loaded: readers can open it during the Spark work."""
+    """Order and apply one pass in Spark (`spark()` gives the session); returns the pass output for
+    `commit_pass`. The DuckDB file is held only while the pass's inputs are loaded: readers can open it
+    during the Spark work. A pass with no message and no buffer to walk (a tick with no timer due)
+    needs no Spark at all."""
     state_rows, files = load_inputs(store, home, views, plan)
+    if not state_rows.num_rows and not files:
+        return PassResult(table=OUTPUT_SCHEMA.empty_table())
     with store.released():
-        return _order_and_apply_in_spark(spark, home, views, plan, first_seq, state_rows, files)
+        return _order_and_apply_in_spark(spark(), home, views, plan, first_seq, state_rows, files)
 
 
 def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View], plan: PassPlan, first_seq: int,

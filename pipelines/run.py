@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -110,10 +111,9 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
 def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequence[View], plans: list,
                     first_seq: int, subscribed: set[str], stats: ProjectionStats, publishing: Publishing | None,
                     progress: Progress) -> None:
-    session = None
-    if plans:
-        with store.released():  # a JVM start takes seconds: readers may use the store meanwhile
-            session = spark() if callable(spark) else spark
+    # started by the first pass with something to walk (run_pass calls it with the store let go: a JVM
+    # start takes seconds); a tick that walks nothing commits its ledger rows without Spark
+    session = functools.cache(spark if callable(spark) else lambda: spark)
     for i, plan in enumerate(plans, start=1):
         started = time.perf_counter()
         out = run_pass(session, store, home, list(selected), plan, first_seq)

@@ -9,10 +9,10 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from functools import cached_property
-from typing import Any, Callable, Literal, Mapping, Protocol
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Protocol
 
 from pipelines.message import Event  # noqa: F401 - a handler imports it from here, beside Reject
 
@@ -184,9 +184,13 @@ class Table:
     primary_key: tuple[str, ...]
     kind: TableKind = "keyed"
     stream_key: str | None = None
+    descriptions: Mapping[str, str] = field(default_factory=dict)  # column -> what it holds (shown in the UI)
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "table")
+        unknown = sorted(set(self.descriptions) - set(self.columns))
+        if unknown:
+            raise ValueError(f"table {self.name}: descriptions of unknown columns {unknown}")
         for column, sql_type in self.columns.items():
             check_identifier(column, "column")
             if not _SQL_TYPE.match(sql_type):
@@ -356,6 +360,28 @@ def in_set(table: str, column: str, values: tuple[Any, ...]) -> Expectation:
 Handler = Callable[["Event", Any], None]
 
 
+class Thresholds(NamedTuple):
+    """A rate above `warn` makes a check warn; above `error`, fail."""
+
+    warn: float
+    error: float
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """When a view's checks turn yellow or red: the share of selected messages that were handler
+    errors, and that arrived late, in the last run and over the last 24 h of logical time."""
+
+    handler_error_rate: Thresholds = Thresholds(0.01, 0.05)
+    late_rate: Thresholds = Thresholds(0.01, 0.05)
+
+    def __post_init__(self) -> None:
+        for name in ("handler_error_rate", "late_rate"):
+            warn, error = getattr(self, name)
+            if not 0 <= warn <= error <= 1:
+                raise ValueError(f"alerts.{name}: need 0 <= warn <= error <= 1, got {warn}, {error}")
+
+
 class KeyedTable(Protocol):
     """`tables.<name>` for a keyed table: the stream's own rows, by primary key."""
 
@@ -396,6 +422,14 @@ class View:
     on_bug: OnBug = "park"
     predicate: Callable[["Event"], bool] | None = None
     expectations: tuple[Expectation, ...] = field(default=())
+    alerts: Alerts = Alerts()
+    # shown in the Dagster UI: who owns the view ("team:payments", "ada@example.com") and tags
+    owners: tuple[str, ...] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
+    # how fresh readers expect the view: the UI warns when no materialisation is this recent (and
+    # fails past `fresh_within` twice over, or `stale_after` when given)
+    fresh_within: timedelta | None = None
+    stale_after: timedelta | None = None
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
@@ -403,6 +437,13 @@ class View:
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "subscribes", tuple(self.subscribes))
         object.__setattr__(self, "expectations", tuple(self.expectations))
+        object.__setattr__(self, "owners", tuple(self.owners))
+        object.__setattr__(self, "tags", dict(self.tags))
+        if self.stale_after is not None and self.fresh_within is None:
+            raise ValueError(f"view {self.name}: stale_after needs fresh_within")
+        if self.fresh_within is not None and (self.fresh_within <= timedelta(0) or (
+                self.stale_after is not None and self.stale_after < self.fresh_within)):
+            raise ValueError(f"view {self.name}: need 0 < fresh_within <= stale_after")
         if self.on_error not in ("skip", "park"):
             raise ValueError(f"view {self.name}: on_error must be 'skip' or 'park'")
         if self.on_bug not in ("park", "skip", "fail"):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import dagster as dg
@@ -11,10 +12,10 @@ import pytest
 
 from assets import ALL_CHECKS, event_batches, landing_sensor
 from assets.checks import _checks_for
-from assets.logs import errors, gaps
 from assets.partitions import NOW_TAG, TICK_TAG
 from assets.views import projections
 from inorder.definitions import defs
+from pipelines.run import ingest_batch
 from pipelines.store import Home
 from resources import FoldersResource, ReadStoreResource, SparkResource
 from tests.harness import assert_same_store, read_store
@@ -31,13 +32,16 @@ def resources_for(home: Home) -> dict:
             "folders": FoldersResource()}
 
 
+VIEW_CHECKS = ("expectations", "conservation", "watermarks_never_move_back", "published", "handler_error_rate",
+               "late_rate", "no_overdue_blocked_streams", "no_parked_streams")
+
+
 def test_asset_graph_has_the_expected_keys_and_checks():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"event_batches", "accounts", "account_activity", "daily_totals", "errors", "gaps"}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert checks == {(v.name, n) for v in BANK_VIEWS
-                      for n in ("expectations", "conservation", "watermarks_never_move_back", "published")}
+    assert checks == {(v.name, n) for v in BANK_VIEWS for n in VIEW_CHECKS} | {("event_batches", "no_new_rejected_files")}
     for view in BANK_VIEWS:
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
     assert {"ingest_batch", "project_views", "rebuild_view"} <= {j.name for j in defs.resolve_all_job_defs()}
@@ -49,8 +53,8 @@ def _materialize_all(home: Home, instance: dg.DagsterInstance, keys: list[str], 
     for key in keys:
         results.append(dg.materialize([event_batches], partition_key=key, instance=instance,
                                       resources=resources_for(home), tags={NOW_TAG: now.isoformat()}))
-    results.append(dg.materialize([event_batches, projections, errors, gaps, *ALL_CHECKS],
-                                  selection=[projections, errors, gaps, *ALL_CHECKS], instance=instance,
+    results.append(dg.materialize([event_batches, projections, *ALL_CHECKS],
+                                  selection=[projections, *ALL_CHECKS], instance=instance,
                                   resources=resources_for(home),
                                   tags={NOW_TAG: now.isoformat(), TICK_TAG: "true" if tick else "false"}))
     return results
@@ -79,7 +83,8 @@ def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
         assert name in accounts, name
     assert accounts["conserved"] is True and accounts["dagster/row_count"] == 8
     checks = results[-1].get_asset_check_evaluations()
-    assert len(checks) == 9 and all(c.passed for c in checks), [(c.asset_key, c.check_name) for c in checks if not c.passed]
+    assert len(checks) == len(BANK_VIEWS) * len(VIEW_CHECKS) and all(c.passed for c in checks), \
+        [(c.asset_key, c.check_name) for c in checks if not c.passed]
     entries = [Entry("batch", p.stem, T0.timestamp(), lines=p.read_bytes()) for p in paths]
     live = read_store(home, BANK_VIEWS)
     assert_same_store(live, run_model(entries, BANK_VIEWS))
@@ -108,6 +113,21 @@ def test_sensor_requests_one_run_per_new_file(tmp_path):
                                                    cursor=again.cursor))
     # the second claimant of b1 gets its own key, so its run sets it aside visibly
     assert [r.partition_key for r in third.run_requests] == ["b1.parquet", "b2"]
+
+
+def test_files_already_in_the_ingest_log_never_start_runs(tmp_path):
+    """A home the CLI filled: the sensor's first evaluation (no cursor) requests only what is new."""
+    home = Home(tmp_path / "home").ensure()
+    for i in range(3):
+        (home.landing / f"b{i}.jsonl").write_text(f'{{"stream_id": "a", "seq": {i + 1}, "type": "Deposited"}}\n')
+    for i in range(2):
+        ingest_batch(home, BANK_VIEWS, f"b{i}")
+    instance = dg.DagsterInstance.ephemeral()
+    first = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home)))
+    assert [r.partition_key for r in first.run_requests] == ["b2"]
+    ingest_batch(home, BANK_VIEWS, "b2")
+    lost_cursor = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home)))
+    assert lost_cursor.run_requests == [] and json.loads(lost_cursor.cursor) == {}
 
 
 @pytest.fixture
@@ -175,3 +195,50 @@ def test_a_second_writer_fails_with_one_clear_message(tmp_path):
         with pytest.raises(StoreBusy, match="another inorder run is writing"):
             Store.open(home, BANK_VIEWS)
     Store.open(home, BANK_VIEWS).close()  # free again once the first writer is done
+
+
+def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_materialises_nothing(
+        spark, tmp_path, monkeypatch):
+    """The schedule asks the store: a gap timer due → a tick of just the views it concerns (their checks
+    run after it); nothing due but no entry for a tick interval → a tick that walks nothing, commits
+    without Spark work and materialises nothing; otherwise no run."""
+    from assets.schedules import TICK_INTERVAL, tick_schedule
+    from pipelines.run import run
+
+    home = Home(tmp_path / "home").ensure()
+    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    # one account with seq 2 missing: every bank view subscribed to accounts waits for it
+    (home.landing / "b1.jsonl").write_text(
+        '{"stream_id": "a", "seq": 1, "type": "AccountOpened", "payload": {"owner": "ada"}}\n'
+        '{"stream_id": "a", "seq": 3, "type": "Deposited", "payload": {"amount": 5}}\n')
+    run(spark, home, BANK_VIEWS, now=T0)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def evaluate(at: datetime):
+        return tick_schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=at,
+                                                       resources=resources_for(home)))
+
+    assert isinstance(evaluate(T0 + timedelta(minutes=4)), dg.SkipReason)
+    assert isinstance(evaluate(T0 + timedelta(seconds=599)), dg.RunRequest)  # no entry for > the tick interval
+    due = evaluate(T0 + timedelta(seconds=600))
+    waiting = {v.name for v in BANK_VIEWS if "account" in v.subscribes}
+    assert {k.to_user_string() for k in due.asset_selection} == waiting | {"errors", "gaps"}
+    tags = {**due.tags, NOW_TAG: (T0 + timedelta(seconds=600)).isoformat(), "dagster/schedule_name": "tick_schedule"}
+    job = defs.resolve_job_def("project_views")
+    result = job.execute_in_process(instance=instance, tags=tags, asset_selection=due.asset_selection)
+    assert {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()} == \
+        waiting | {"errors", "gaps"}
+    assert {c.asset_key.to_user_string() for c in result.get_asset_check_evaluations()} == waiting
+    assert read_store(home, BANK_VIEWS)["gaps"]  # the gap was skipped
+
+    quiet = T0 + timedelta(seconds=600) + TICK_INTERVAL + timedelta(seconds=1)
+    heartbeat = evaluate(quiet)
+    assert isinstance(heartbeat, dg.RunRequest) and heartbeat.asset_selection is None
+    result = job.execute_in_process(instance=instance, tags={**heartbeat.tags, NOW_TAG: quiet.isoformat(),
+                                                             "dagster/schedule_name": "tick_schedule"})
+    assert result.success
+    assert result.get_asset_materialization_events() == [] and result.get_asset_check_evaluations() == []
+    with duckdb.connect(str(home.database), read_only=True) as con:
+        assert con.execute("SELECT kind FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == \
+            [("batch",), ("tick",), ("tick",)]
+    assert isinstance(evaluate(quiet + timedelta(minutes=1)), dg.SkipReason)

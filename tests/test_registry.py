@@ -146,7 +146,7 @@ def test_the_cli_refuses_bad_views_in_one_line_and_writes_nothing(tmp_path):
 
 
 def test_views_are_the_same_for_every_entry_point(monkeypatch):
-    """The Dagster code location builds one asset and four checks per view of INORDER_VIEWS."""
+    """The Dagster code location builds one asset and eight checks per view of INORDER_VIEWS."""
     script = textwrap.dedent("""
         from inorder.definitions import defs
         graph = defs.resolve_asset_graph()
@@ -158,5 +158,7 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
     assert done.returncode == 0, done.stderr
     keys, checks = done.stdout.strip().splitlines()[-2:]
     assert eval(keys) == ["errors", "event_batches", "gaps", "helpdesk"]
-    assert eval(checks) == [("helpdesk", "conservation"), ("helpdesk", "expectations"), ("helpdesk", "published"),
-                            ("helpdesk", "watermarks_never_move_back")]
+    assert eval(checks) == [("event_batches", "no_new_rejected_files"), ("helpdesk", "conservation"),
+                            ("helpdesk", "expectations"), ("helpdesk", "handler_error_rate"), ("helpdesk", "late_rate"),
+                            ("helpdesk", "no_overdue_blocked_streams"), ("helpdesk", "no_parked_streams"),
+                            ("helpdesk", "published"), ("helpdesk", "watermarks_never_move_back")]

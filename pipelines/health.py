@@ -1,0 +1,109 @@
+"""What an operator must hear about: error and late rates over thresholds, streams blocked past their
+timers, parked streams, rejected files. The Dagster checks (assets/checks.py) turn these verdicts
+yellow or red; everything here reads the store only."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal, NamedTuple
+
+import duckdb
+
+from pipelines.store import us_from_utc
+from pipelines.view import Thresholds, View
+
+Severity = Literal["WARN", "ERROR"]
+DAY = timedelta(hours=24)
+
+
+class Window(NamedTuple):
+    """A view's outcome counts over some of its ledger entries."""
+
+    label: str  # "last run" or "last 24 h"
+    entries: int
+    selected: int
+    handler_error: int
+    late: int
+
+    def rate(self, outcome: str) -> float:
+        return getattr(self, outcome) / self.selected if self.selected else 0.0
+
+
+class Verdict(NamedTuple):
+    passed: bool
+    severity: Severity | None  # None when passed
+    description: str
+
+
+def recent_windows(con: duckdb.DuckDBPyConnection, view: str) -> list[Window]:
+    """The view's last run (the entries of its newest commit: a pass writes its ledger rows with one
+    commit time) and the last 24 h of logical time before its newest entry."""
+    sums = "count(*), coalesce(sum(selected), 0), coalesce(sum(handler_error), 0), coalesce(sum(late), 0)"
+    last = con.execute(f"SELECT {sums} FROM inorder.batches WHERE view = ? AND committed_at = "
+                       "(SELECT max(committed_at) FROM inorder.batches WHERE view = ?)", [view, view]).fetchone()
+    day = con.execute(f"SELECT {sums} FROM inorder.batches WHERE view = ? AND received_at > "
+                      "(SELECT max(received_at) FROM inorder.batches WHERE view = ?) - ?::INTERVAL",
+                      [view, view, DAY]).fetchone()
+    return [Window("last run", *map(int, last)), Window("last 24 h", *map(int, day))]
+
+
+def judge_rate(outcome: str, windows: list[Window], thresholds: Thresholds) -> Verdict:
+    """ERROR when a window's rate is above `thresholds.error`, WARN above `thresholds.warn`."""
+    worst = max(windows, key=lambda w: w.rate(outcome))
+    rate = worst.rate(outcome)
+    said = (f"{outcome} rate {rate:.2%} in the {worst.label} ({getattr(worst, outcome)} of {worst.selected} "
+            f"selected); warn above {thresholds.warn:.2%}, fail above {thresholds.error:.2%}")
+    if rate > thresholds.error:
+        return Verdict(False, "ERROR", said)
+    if rate > thresholds.warn:
+        return Verdict(False, "WARN", said)
+    return Verdict(True, None, said)
+
+
+class OverdueStream(NamedTuple):
+    stream_id: str
+    waiting_for: int
+    blocked_since: datetime
+    due_at: datetime  # when the gap timer fires, in logical time
+    overdue_seconds: float  # past due + the tick interval
+
+
+def overdue_streams(con: duckdb.DuckDBPyConnection, view: View, now: datetime, tick_interval: timedelta,
+                    limit: int = 20) -> tuple[int, list[OverdueStream]]:
+    """Streams blocked (not parked) for longer than the view's gap_timeout + the tick interval at `now`:
+    a timer that should have fired did not (no tick is running, say). Returns (how many, the oldest)."""
+    cutoff = us_from_utc(now) - view.gap_timeout_us - int(tick_interval.total_seconds() * 1e6)
+    where = ("FROM inorder.watermarks WHERE view = ? AND blocked_at IS NOT NULL AND NOT parked "
+             "AND epoch_us(blocked_since) < ?")
+    count = con.execute(f"SELECT count(*) {where}", [view.name, cutoff]).fetchone()[0]
+    rows = con.execute(f"SELECT stream_id, last_seq + 1, blocked_since {where} ORDER BY blocked_since, stream_id "
+                       "LIMIT ?", [view.name, cutoff, limit]).fetchall()
+    due = timedelta(microseconds=view.gap_timeout_us)
+    return count, [OverdueStream(s, seq, since, since + due, (cutoff - us_from_utc(since)) / 1e6)
+                   for s, seq, since in rows]
+
+
+def parked_streams(con: duckdb.DuckDBPyConnection, view: str, limit: int = 20) -> tuple[int, list[tuple]]:
+    """(how many, the first `limit` as (stream_id, parked seq, failed attempts))."""
+    count = con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ? AND parked", [view]).fetchone()[0]
+    rows = con.execute("SELECT stream_id, last_seq + 1, attempts FROM inorder.watermarks WHERE view = ? AND parked "
+                       "ORDER BY stream_id LIMIT ?", [view, limit]).fetchall()
+    return count, rows
+
+
+class RejectedFile(NamedTuple):
+    entry_idx: int
+    batch_id: str
+    file_name: str | None
+    reason: str | None
+
+
+def rejected_after(con: duckdb.DuckDBPyConnection, entry_idx: int) -> list[RejectedFile]:
+    """Files set aside as rejected batches since entry `entry_idx`."""
+    return [RejectedFile(*row) for row in con.execute(
+        "SELECT entry_idx, batch_id, file_name, reason FROM inorder.ingest_log WHERE status = 'rejected' "
+        "AND entry_idx > ? ORDER BY entry_idx", [entry_idx]).fetchall()]
+
+
+def newest_entry(con: duckdb.DuckDBPyConnection) -> int:
+    return con.execute("SELECT coalesce(max(entry_idx), 0) FROM inorder.ingest_log").fetchone()[0]
