@@ -23,11 +23,22 @@ def _description(view: View) -> str:
             f"gap_timeout {view.gap_timeout:g}s, max_pending {view.max_pending}, on_error {view.on_error}.")
 
 
+def _freshness(view: View) -> dg.FreshnessPolicy | None:
+    """Warn when the view was not materialised within `fresh_within`; fail past `stale_after` (default twice that)."""
+    if view.fresh_within is None:
+        return None
+    return dg.FreshnessPolicy.time_window(fail_window=view.stale_after or 2 * view.fresh_within,
+                                          warn_window=view.fresh_within)
+
+
 VIEW_SPECS = [
     dg.AssetSpec(view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"}, skippable=True,
-                 description=_description(view),
+                 description=_description(view), owners=list(view.owners), tags=dict(view.tags),
+                 freshness_policy=_freshness(view),
                  metadata={"dagster/column_schema": dg.TableSchema(columns=[
-                     dg.TableColumn(name, sql_type) for t in view.tables for name, sql_type in t.columns.items()])})
+                     dg.TableColumn(f"{t.name}.{name}" if len(view.tables) > 1 else name, sql_type,
+                                    description=t.descriptions.get(name))
+                     for t in view.tables for name, sql_type in t.columns.items()])})
     for view in ALL_VIEWS
 ]
 

@@ -38,6 +38,10 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_TEAM = re.compile(r"^team:[A-Za-z0-9_-]+$")
+_TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+
 _INT_RANGE = {"BIGINT": (-(1 << 63), (1 << 63) - 1), "INTEGER": (-(1 << 31), (1 << 31) - 1)}
 # the Python type a handler gets back for each column type (DECIMAL → Decimal, TIMESTAMPTZ → aware UTC datetime)
 _EXACT_TYPES = {"VARCHAR": str, "DOUBLE": float, "BOOLEAN": bool, "DATE": date}
@@ -439,6 +443,14 @@ class View:
         object.__setattr__(self, "expectations", tuple(self.expectations))
         object.__setattr__(self, "owners", tuple(self.owners))
         object.__setattr__(self, "tags", dict(self.tags))
+        for owner in self.owners:  # the forms the Dagster UI accepts
+            if not (isinstance(owner, str) and (_EMAIL.match(owner) or _TEAM.match(owner))):
+                raise ValueError(f"view {self.name}: owner {owner!r} is neither an email address nor 'team:<name>'")
+        for key, value in self.tags.items():
+            if not (isinstance(key, str) and _TAG.match(key) and isinstance(value, str) and
+                    (value == "" or _TAG.match(value))):
+                raise ValueError(f"view {self.name}: tag {key!r}: {value!r} needs letters, digits, '-', '_' or '.' "
+                                 "(at most 63)")
         if self.stale_after is not None and self.fresh_within is None:
             raise ValueError(f"view {self.name}: stale_after needs fresh_within")
         if self.fresh_within is not None and (self.fresh_within <= timedelta(0) or (

@@ -242,3 +242,26 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
         assert con.execute("SELECT kind FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == \
             [("batch",), ("tick",), ("tick",)]
     assert isinstance(evaluate(quiet + timedelta(minutes=1)), dg.SkipReason)
+
+
+def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
+    """Every column of every view table and of the error and gap logs has its schema and a description
+    in the asset's metadata; a view's owners, tags and freshness reach its asset."""
+    from pipelines.store import ENGINE_DDL
+
+    graph = defs.resolve_asset_graph()
+    for view in BANK_VIEWS:
+        node = graph.get(dg.AssetKey(view.name))
+        columns = node.metadata["dagster/column_schema"].columns
+        assert len(columns) == sum(len(t.columns) for t in view.tables) and all(c.description for c in columns)
+    accounts = graph.get(dg.AssetKey("accounts"))
+    assert accounts.owners == ["team:payments"] and accounts.tags["domain"] == "bank"
+    assert accounts.freshness_policy.warn_window.to_timedelta() == timedelta(minutes=30)
+    con = duckdb.connect()
+    con.execute(ENGINE_DDL)
+    for log in ("errors", "gaps"):
+        stored = [c for (c,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'inorder' AND table_name = ? "
+            "AND column_name != 'waited' ORDER BY column_index", [log]).fetchall()]
+        schema = graph.get(dg.AssetKey(log)).metadata["dagster/column_schema"].columns
+        assert [c.name for c in schema] == stored and all(c.description for c in schema)

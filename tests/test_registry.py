@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,26 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
                             ("helpdesk", "expectations"), ("helpdesk", "handler_error_rate"), ("helpdesk", "late_rate"),
                             ("helpdesk", "no_overdue_blocked_streams"), ("helpdesk", "no_parked_streams"),
                             ("helpdesk", "published"), ("helpdesk", "watermarks_never_move_back")]
+
+
+@pytest.mark.parametrize("declaration, refusal", [
+    ({"owners": ("payments",)}, "owner 'payments' is neither an email address nor 'team:<name>'"),
+    ({"tags": {"tier": "gold star"}}, "tag 'tier': 'gold star' needs letters"),
+    ({"fresh_within": timedelta(0)}, "need 0 < fresh_within <= stale_after"),
+    ({"stale_after": timedelta(hours=1)}, "stale_after needs fresh_within"),
+])
+def test_a_view_refuses_owners_tags_and_freshness_the_ui_cannot_show(declaration, refusal):
+    from pipelines.view import Table, View
+
+    table = Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k")
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        View("v", (table,), ("s",), **declaration)
+
+
+def test_alert_thresholds_and_column_descriptions_are_checked():
+    from pipelines.view import Alerts, Table, Thresholds
+
+    with pytest.raises(ValueError, match="need 0 <= warn <= error <= 1"):
+        Alerts(handler_error_rate=Thresholds(0.5, 0.1))
+    with pytest.raises(ValueError, match=re.escape("descriptions of unknown columns ['nope']")):
+        Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k", descriptions={"nope": "?"})

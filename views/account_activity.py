@@ -23,6 +23,14 @@ ACCOUNT_ACTIVITY = Table(
     primary_key=("account_id", "position"),
     kind="append",
     stream_key="account_id",
+    descriptions={
+        "account_id": "the account (its stream id)",
+        "position": "1, 2, … per account, in seq order",
+        "seq": "the message's seq in its account stream",
+        "event_type": "Deposited or Withdrawn",
+        "amount": "the amount moved (always positive)",
+        "running_total": "the balance after this movement",
+    },
 )
 
 

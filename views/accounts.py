@@ -5,6 +5,7 @@ Stream type `account`; the stream id is the account id.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 from pipelines.view import Event, Reject, Table, View, between, in_set, not_null, unique
@@ -23,6 +24,14 @@ ACCOUNTS = Table(
     primary_key=("account_id",),
     kind="keyed",
     stream_key="account_id",
+    descriptions={
+        "account_id": "the account (its stream id)",
+        "owner": "who opened the account",
+        "balance": "deposits minus withdrawals, in the account's currency",
+        "status": "open or closed",
+        "version": "seq of the newest message applied",
+        "event_count": "messages applied (ignored ones not counted)",
+    },
 )
 
 
@@ -78,6 +87,9 @@ VIEW = View(
     name="accounts",
     tables=(ACCOUNTS,),
     subscribes=("account",),
+    owners=("team:payments",),
+    tags={"domain": "bank", "tier": "gold"},
+    fresh_within=timedelta(minutes=30),
     handlers={
         "AccountOpened": account_opened,
         "Deposited": deposited,

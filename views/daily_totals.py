@@ -19,6 +19,13 @@ DAILY_TOTALS = Table(
     },
     primary_key=("day",),
     kind="aggregate",
+    descriptions={
+        "day": "the UTC day the money moved (from occurred_at)",
+        "deposits": "sum of deposits that day, all accounts",
+        "withdrawals": "sum of withdrawals that day, all accounts",
+        "deposit_count": "deposits that day",
+        "withdrawal_count": "withdrawals that day",
+    },
 )
 
 

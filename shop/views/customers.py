@@ -25,6 +25,15 @@ CUSTOMERS_TABLE = Table(
     primary_key=("customer_id",),
     kind="keyed",
     stream_key="customer_id",
+    descriptions={
+        "customer_id": "the customer (its stream id)",
+        "name": "name given at registration",
+        "email": "contact address",
+        "tier": "bronze, silver or gold",
+        "joined_on": "UTC day of registration",
+        "marketing_opt_in": "agreed to marketing mail",
+        "version": "seq of the newest message applied",
+    },
 )
 
 

@@ -26,6 +26,15 @@ ORDER_ITEMS_TABLE = Table(
     primary_key=("order_id", "line_no"),
     kind="append",
     stream_key="order_id",
+    descriptions={
+        "order_id": "the order (its stream id)",
+        "line_no": "1, 2, … per order",
+        "sku": "catalogue item",
+        "quantity": "units ordered",
+        "unit_price": "price of one unit",
+        "line_total": "quantity × unit_price",
+        "added_at": "when the item was added (occurred_at)",
+    },
 )
 
 

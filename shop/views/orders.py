@@ -38,6 +38,23 @@ ORDERS_TABLE = Table(
     primary_key=("order_id",),
     kind="keyed",
     stream_key="order_id",
+    descriptions={
+        "order_id": "the order (its stream id)",
+        "customer_id": "who placed it",
+        "status": "placed, paid, shipped or cancelled",
+        "placed_on": "UTC day it was placed",
+        "placed_at": "when it was placed",
+        "item_count": "units across its lines",
+        "total": "sum of its line totals",
+        "weight_kg": "shipping weight",
+        "gift": "gift wrapped",
+        "paid_at": "when it was paid (NULL until then)",
+        "hours_to_pay": "hours from placed to paid",
+        "shipped_on": "UTC day it shipped",
+        "days_to_ship": "days from placed to shipped",
+        "cancel_reason": "why it was cancelled",
+        "version": "seq of the newest message applied",
+    },
 )
 
 ORDERS = View(

@@ -40,6 +40,11 @@ SHOP_DAILY_TABLE = Table(
     },
     primary_key=("day",),
     kind="aggregate",
+    descriptions={"day": "UTC day (of each event's occurred_at)", "orders_placed": "orders placed that day",
+                  "items": "units added to orders that day", "weight_kg": "shipping weight added that day",
+                  "orders_paid": "orders paid that day", "revenue": "amounts paid that day",
+                  "orders_shipped": "orders shipped that day", "orders_cancelled": "orders cancelled that day",
+                  "signups": "customers registered that day"},
 )
 
 ORDER_STATE_TABLE = Table(
@@ -48,6 +53,8 @@ ORDER_STATE_TABLE = Table(
     primary_key=("order_id",),
     kind="keyed",
     stream_key="order_id",
+    descriptions={"order_id": "the order (its stream id)", "placed_at": "when it was placed",
+                  "status": "its status as far as the daily totals counted it", "total": "its total when placed"},
 )
 
 CUSTOMER_STATE_TABLE = Table(
@@ -56,6 +63,7 @@ CUSTOMER_STATE_TABLE = Table(
     primary_key=("customer_id",),
     kind="keyed",
     stream_key="customer_id",
+    descriptions={"customer_id": "the customer (its stream id)", "joined_on": "UTC day of registration"},
 )
 
 SHOP_DAILY = View(
