@@ -6,11 +6,12 @@ import dagster as dg
 
 from assets.logs import LOG_METADATA, LOG_SPECS
 from assets.partitions import STORE_POOL, TICK_TAG, launched_automatically, run_time
+from pipelines.health import view_lag
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
 from pipelines.run import project_views
 from pipelines.status import newest_errors, read_status
-from pipelines.store import OUTCOME_COLUMNS, Store
+from pipelines.store import OUTCOME_COLUMNS, Home, Store
 from pipelines.view import View
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
 
@@ -43,23 +44,34 @@ VIEW_SPECS = [
 ]
 
 
-def view_metadata(store: Store, view: View, counts: dict[str, int], streams_touched: int) -> dict:
+def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], streams_touched: int) -> dict:
+    """`run/…`: what this materialisation did; `total/…`: the view so far (the numbers `inorder status`
+    prints); `lag/…`: how far it trails (plotted across materialisations)."""
     (status,) = read_status(store.con, [view]).views
-    metadata: dict = {name: dg.MetadataValue.int(counts.get(name, 0))
+    lag = view_lag(store.con, home, view)
+    metadata: dict = {f"run/{name}": dg.MetadataValue.int(counts.get(name, 0))
                       for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")}
+    metadata["run/streams_touched"] = dg.MetadataValue.int(streams_touched)
+    metadata["total/selected"] = dg.MetadataValue.int(status.selected)
+    metadata.update({f"total/{name}": dg.MetadataValue.int(n) for name, n in status.outcomes.items()})
     metadata.update({
-        "streams_touched": dg.MetadataValue.int(streams_touched),
-        "streams": dg.MetadataValue.int(status.streams),
-        "pending_messages": dg.MetadataValue.int(status.pending),
-        "blocked_streams": dg.MetadataValue.int(status.blocked_streams),
-        "parked_streams": dg.MetadataValue.int(status.parked_streams),
-        "oldest_wait_seconds": dg.MetadataValue.float(status.oldest_wait_seconds or 0.0),
-        "gaps_skipped_total": dg.MetadataValue.int(status.gaps_skipped),
+        "total/pending": dg.MetadataValue.int(status.pending),
+        "total/gaps_skipped": dg.MetadataValue.int(status.gaps_skipped),
+        "total/streams": dg.MetadataValue.int(status.streams),
+        "total/blocked_streams": dg.MetadataValue.int(status.blocked_streams),
+        "total/parked_streams": dg.MetadataValue.int(status.parked_streams),
+        "total/oldest_wait_seconds": dg.MetadataValue.float(status.oldest_wait_seconds or 0.0),
+        "total/rows": dg.MetadataValue.int(status.rows),
+        "lag/entries": dg.MetadataValue.int(lag.entries_behind),
         "conserved": dg.MetadataValue.bool(status.conserved),
         "last_batch": dg.MetadataValue.text(status.last_batch or "-"),
         "dagster/row_count": dg.MetadataValue.int(status.rows),
         "newest_errors": dg.MetadataValue.md(newest_errors(store.con, view.name)),
     })
+    if lag.ingestion_seconds is not None:
+        metadata["lag/ingestion_seconds"] = dg.MetadataValue.float(round(lag.ingestion_seconds, 3))
+    if lag.event_time_seconds is not None:
+        metadata["lag/event_time_seconds"] = dg.MetadataValue.float(round(lag.event_time_seconds, 3))
     return metadata
 
 
@@ -107,7 +119,7 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
             position = positions[i] if isinstance(positions, list) else positions
             yield dg.MaterializeResult(
                 asset_key=view.name,
-                metadata={**view_metadata(store, view, stats.by_view.get(view.name, {}),
+                metadata={**view_metadata(store, home, view, stats.by_view.get(view.name, {}),
                                           stats.streams_touched.get(view.name, 0)),
                           **publication_metadata(position, stats.publish_error)})
         for key, metadata in LOG_METADATA.items():

@@ -9,7 +9,8 @@ from typing import Literal, NamedTuple
 
 import duckdb
 
-from pipelines.store import us_from_utc
+from pipelines.ingest import archive_path
+from pipelines.store import Home, us_from_utc
 from pipelines.view import Thresholds, View
 
 Severity = Literal["WARN", "ERROR"]
@@ -107,3 +108,43 @@ def rejected_after(con: duckdb.DuckDBPyConnection, entry_idx: int) -> list[Rejec
 
 def newest_entry(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT coalesce(max(entry_idx), 0) FROM inorder.ingest_log").fetchone()[0]
+
+
+class Lag(NamedTuple):
+    """How far a view trails, after its newest commit."""
+
+    ingestion_seconds: float | None  # its newest batch: landing file's mtime -> committed to the view
+    event_time_seconds: float | None  # logical time minus the newest occurred_at of a message it processed
+    entries_behind: int  # archived entries of the ingest log not yet committed for the view
+
+
+def view_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> Lag:
+    newest = con.execute(
+        "SELECT b.committed_at, l.mtime_ns FROM inorder.batches b JOIN inorder.ingest_log l USING (entry_idx) "
+        "WHERE b.view = ? AND b.kind = 'batch' AND l.mtime_ns IS NOT NULL ORDER BY b.entry_idx DESC LIMIT 1",
+        [view.name]).fetchone()
+    ingestion = None if newest is None else max((us_from_utc(newest[0]) - newest[1] / 1000) / 1e6, 0.0)
+    behind = con.execute(
+        "SELECT count(*) FROM inorder.ingest_log l WHERE l.status = 'archived' "
+        "AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = ?) "
+        "AND NOT EXISTS (SELECT 1 FROM inorder.batches b WHERE b.view = ? AND b.entry_idx = l.entry_idx)",
+        [view.name, view.name]).fetchone()[0]
+    return Lag(ingestion, _event_time_lag(con, home, view), behind)
+
+
+def _event_time_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> float | None:
+    """From the batches of the view's last run: the newest occurred_at among the messages its walked
+    streams ended on (each stream's message at last_seq), against the run's logical time."""
+    last_run = con.execute(
+        "SELECT entry_idx, kind, received_at FROM inorder.batches WHERE view = ? AND committed_at = "
+        "(SELECT max(committed_at) FROM inorder.batches WHERE view = ?)", [view.name, view.name]).fetchall()
+    files = [str(archive_path(home, e)) for e, kind, _ in last_run if kind == "batch"
+             and archive_path(home, e).exists()]
+    if not files:
+        return None
+    newest = con.execute(
+        "SELECT max(try_cast(m.occurred_at AS TIMESTAMPTZ)) FROM read_parquet(?) m JOIN inorder.watermarks w "
+        "ON w.view = ? AND w.stream_id = m.stream_id AND w.last_seq = m.seq", [files, view.name]).fetchone()[0]
+    if newest is None:
+        return None
+    return (us_from_utc(max(t for _, _, t in last_run)) - us_from_utc(newest)) / 1e6

@@ -16,6 +16,7 @@ from assets.partitions import NOW_TAG, TICK_TAG
 from assets.views import projections
 from inorder.definitions import defs
 from pipelines.run import ingest_batch
+from pipelines.status import read_status
 from pipelines.store import Home
 from resources import FoldersResource, ReadStoreResource, SparkResource
 from tests.harness import assert_same_store, read_store
@@ -77,10 +78,17 @@ def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
     first = _metadata(results[0], "event_batches")
     assert first["status"] == "archived" and first["records"] > 0 and "seq_range" in first
     accounts = _metadata(results[-1], "accounts")
-    for name in ("selected", "applied", "ignored", "handler_error", "duplicate", "late", "conflict",
-                 "pending_messages", "blocked_streams", "parked_streams", "oldest_wait_seconds",
-                 "gaps_skipped", "streams_touched", "newest_errors", "dagster/row_count"):
-        assert name in accounts, name
+    status = {s.view: s for s in read_status(duckdb.connect(str(home.database), read_only=True), BANK_VIEWS).views}
+    for name in ("selected", "applied", "ignored", "handler_error", "duplicate", "late", "conflict", "gaps_skipped",
+                 "streams_touched"):
+        assert f"run/{name}" in accounts, name
+    for name in ("applied", "ignored", "handler_error", "duplicate", "late", "conflict"):  # as `inorder status`
+        assert accounts[f"total/{name}"] == status["accounts"].outcomes[name], name
+    assert (accounts["total/selected"], accounts["total/pending"], accounts["total/streams"], accounts["total/rows"]) \
+        == (status["accounts"].selected, status["accounts"].pending, status["accounts"].streams, status["accounts"].rows)
+    assert accounts["run/selected"] == accounts["total/selected"]  # the first run did all of it
+    assert accounts["lag/entries"] == 0 and accounts["lag/ingestion_seconds"] >= 0
+    assert "lag/event_time_seconds" in accounts and "newest_errors" in accounts
     assert accounts["conserved"] is True and accounts["dagster/row_count"] == 8
     checks = results[-1].get_asset_check_evaluations()
     assert len(checks) == len(BANK_VIEWS) * len(VIEW_CHECKS) and all(c.passed for c in checks), \

@@ -124,7 +124,7 @@ def test_materialize_all_from_the_ui(dagster_dev, tmp_path):
             wait_for(lambda: _views_materialized(instance), 420, "the backfill to succeed", every=3)
 
             page.goto(f"{url}/assets/accounts", wait_until="networkidle")
-            for text in ("conserved", "applied", "pending_messages", "blocked_streams", "newest_errors"):
+            for text in ("conserved", "run/applied", "total/pending", "total/blocked_streams", "newest_errors"):
                 page.get_by_text(text, exact=True).first.wait_for(timeout=30_000)
             page.screenshot(path=str(tmp_path / "accounts.png"), full_page=True)
             page.goto(f"{url}/assets/accounts?view=checks", wait_until="networkidle")
