@@ -132,6 +132,7 @@ class Publisher:
             raise PublishError(f"cannot connect to PostgreSQL (INORDER_SERVE_POSTGRES): "
                                f"{' '.join(str(exc).split())}") from None
         self._ready: set[str] = set()
+        self._views_ready: set[str] = set()
         self.refused: dict[str, str] = {}  # view -> why it was not published (TableMismatch)
 
     def close(self) -> None:
@@ -182,7 +183,10 @@ class Publisher:
 
     def _prepare_view(self, view: View, recreate: bool) -> None:
         """Create the view's tables in PostgreSQL (inside the caller's transaction). With `recreate`,
-        a table whose shape differs from its declaration is dropped and made again; without, it is refused."""
+        a table whose shape differs from its declaration is dropped and made again; without, it is refused.
+        Checked once per view and connection."""
+        if view.name in self._views_ready and not recreate:
+            return
         for table in view.tables:
             wanted = ([(c, pg_type(t)) for c, t in table.columns.items()], list(table.primary_key))
             shape = self._shape(table)
@@ -196,6 +200,7 @@ class Publisher:
                 self.pg.execute(f"DROP TABLE {self.target.qualified(table.name)}")
             for statement in self._table_ddl(table):
                 self.pg.execute(statement)
+        self._views_ready.add(view.name)  # (a transaction that rolls back ends this Publisher's use)
 
     # -- positions ------------------------------------------------------------------------------------
 
