@@ -3,20 +3,18 @@ that no stream's watermark moved backwards, that PostgreSQL shows its newest com
 operator must act on (error and late rates over the view's thresholds, streams blocked past their
 timers, parked streams); on `event_batches`: no new rejected files."""
 
-import logging
-import os
 from datetime import datetime, timezone
-from typing import Any
 
 import dagster as dg
 
+from pipelines.expectations import validate_view
 from pipelines.health import (judge_rate, newest_entry, overdue_streams, parked_streams, recent_windows,
                               rejected_after)
 from pipelines.publish import read_positions
 from pipelines.registry import load_views
 from pipelines.status import read_status
 from pipelines.store import Store
-from pipelines.view import Expectation, View
+from pipelines.view import View
 from assets.schedules import TICK_INTERVAL
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
@@ -25,64 +23,13 @@ ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 SAMPLE = 5
 
 
-def _gx_expectation(gx: Any, e: Expectation) -> Any:
-    if e.rule == "not_null":
-        return gx.expectations.ExpectColumnValuesToNotBeNull(column=e.columns[0])
-    if e.rule == "unique" and len(e.columns) == 1:
-        return gx.expectations.ExpectColumnValuesToBeUnique(column=e.columns[0])
-    if e.rule == "unique":
-        return gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=list(e.columns))
-    if e.rule == "between":
-        return gx.expectations.ExpectColumnValuesToBeBetween(column=e.columns[0], min_value=e.min_value,
-                                                             max_value=e.max_value)
-    if e.rule == "in_set":
-        return gx.expectations.ExpectColumnValuesToBeInSet(column=e.columns[0], value_set=list(e.value_set))
-    raise ValueError(f"unknown expectation rule {e.rule!r}")
-
-
-def validate_view(store: Store, view: View) -> tuple[int, list[dict]]:
-    """Run the view's expectations with GX 1.x on each table (read through DuckDB into pandas).
-
-    Returns (expectations evaluated, failures with counts and a sample of failing values)."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    import great_expectations as gx
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_pandas(f"inorder_{view.name}")
-    evaluated, failures = 0, []
-    for table in view.tables:
-        expectations = [e for e in view.expectations if e.table == table.name]
-        if not expectations:
-            continue
-        frame = store.con.execute(f'SELECT * FROM "{table.name}"').df()
-        batch = (source.add_dataframe_asset(name=table.name).add_batch_definition_whole_dataframe("all")
-                 .get_batch(batch_parameters={"dataframe": frame}))
-        suite = gx.ExpectationSuite(name=f"{view.name}.{table.name}")
-        for e in expectations:
-            suite.add_expectation(_gx_expectation(gx, e))
-        result = batch.validate(suite)
-        for r in result.results:
-            evaluated += 1
-            if not r.success:
-                config = r.expectation_config
-                failures.append({
-                    "table": table.name,
-                    "expectation": config.type,
-                    "kwargs": {k: v for k, v in config.kwargs.items() if k != "batch_id"},
-                    "unexpected_count": r.result.get("unexpected_count"),
-                    "sample": [str(v) for v in (r.result.get("partial_unexpected_list") or [])[:SAMPLE]],
-                })
-    return evaluated, failures
-
-
 def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
     @dg.asset_check(asset=view.name, name="expectations",
-                    description=f"Great Expectations suite from the declared expectations of {view.name}")
+                    description=f"The Great Expectations suite of {view.name}'s declared expectations, evaluated "
+                                "in DuckDB SQL (no table is loaded whole into pandas)")
     def expectations(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
         with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            evaluated, failures = validate_view(store, view)
+            evaluated, failures = validate_view(store.con, view)
         return dg.AssetCheckResult(passed=not failures, metadata={
             "expectations": dg.MetadataValue.int(evaluated),
             "failed": dg.MetadataValue.int(len(failures)),
@@ -220,10 +167,12 @@ NO_NEW_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_new_rejecte
                 description="No landing file was rejected (unreadable, clashing or changed) since this check last ran")
 def no_new_rejected_files(context: dg.AssetCheckExecutionContext, read_store: ReadStoreResource,
                           folders: FoldersResource) -> dg.AssetCheckResult:
-    previous = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [NO_NEW_REJECTED]).get(NO_NEW_REJECTED)
-    checked = previous.evaluation.metadata.get("checked_up_to_entry") if previous and previous.evaluation else None
-    after = int(checked.value) if checked is not None else 0
+    after = 0  # the newest entry an earlier evaluation looked at (this run's own is only planned yet)
+    for record in context.instance.event_log_storage.get_asset_check_execution_history(NO_NEW_REJECTED, limit=20):
+        checked = getattr(record.evaluation, "metadata", {}).get("checked_up_to_entry")
+        if record.run_id != context.run.run_id and checked is not None:
+            after = int(checked.value)
+            break
     with Store.open_read_only(inorder_home(read_store, folders)) as store:
         rejected, newest = rejected_after(store.con, after), newest_entry(store.con)
     return dg.AssetCheckResult(passed=not rejected, metadata={
