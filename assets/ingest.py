@@ -14,7 +14,8 @@ ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 
 @dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},
-          description="A landing batch, normalised and archived as Parquet (entry of the ingest log).")
+          description="A landing batch, normalised and archived as Parquet (entry of the ingest log). "
+                      "A file that cannot be read fails its partition, with the reason.")
 def event_batches(context: dg.AssetExecutionContext, read_store: ReadStoreResource,
                   folders: FoldersResource) -> dg.MaterializeResult:
     home = inorder_home(read_store, folders)
@@ -27,9 +28,10 @@ def event_batches(context: dg.AssetExecutionContext, read_store: ReadStoreResour
         "bytes": dg.MetadataValue.int(result.bytes),
         "already_ingested": dg.MetadataValue.bool(result.already_ingested),
     }
-    if result.status == "rejected":
+    if result.status == "rejected":  # the partition shows as failed, with its reason, never as a green batch
         metadata["rejected_reason"] = dg.MetadataValue.text(result.reason or "")
-        context.log.warning(f"batch {context.partition_key} rejected: {result.reason}")
+        raise dg.Failure(description=f"batch {context.partition_key} was rejected: {result.reason}",
+                         metadata=metadata, allow_retries=False)
     else:
         messages = pq.read_table(archive_path(home, result.entry_idx), columns=["stream_id", "seq"])
         metadata["streams"] = dg.MetadataValue.int(len(pc.unique(messages["stream_id"])))

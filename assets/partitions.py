@@ -12,12 +12,13 @@ TICK_TAG = "inorder/tick"  # "true": record a tick before projecting, so gap tim
 
 
 CLI_HOME_TAG = "inorder/cli_home"  # the home an `inorder run` worked on
-_LAUNCHERS = ("dagster/sensor_name", "dagster/schedule_name", CLI_HOME_TAG)
+LOG_KEYS = [dg.AssetKey("errors"), dg.AssetKey("gaps")]
 
 
-def launched_automatically(context) -> bool:
-    """Started by the landing sensor, the tick schedule or `inorder run` (not by a person in the UI)."""
-    return any(tag in context.run.tags for tag in _LAUNCHERS)
+def tick_selection(due_views: list[str]) -> list[dg.AssetKey]:
+    """What a tick materialises: the views with a gap timer due, and the logs (the tick schedule and
+    `inorder run` both ask this); with none due, the logs alone, which a tick that walks nothing skips."""
+    return [dg.AssetKey(v) for v in due_views] + LOG_KEYS
 
 
 def run_time(context) -> datetime | None:

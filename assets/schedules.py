@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 
 from assets.jobs import project_job
-from assets.partitions import TICK_TAG
+from assets.partitions import TICK_TAG, tick_selection
 from pipelines.project import views_with_due_buffers
 from pipelines.registry import load_views
 from pipelines.store import Store, StoreBusy, us_from_utc
@@ -33,10 +33,6 @@ def tick_schedule(context: dg.ScheduleEvaluationContext, read_store: ReadStoreRe
             newest = store.last_logical_time_us()
     except StoreBusy as busy:
         return dg.SkipReason(f"the read store is busy ({busy}); the next tick looks again")
-    tags = {TICK_TAG: "true"}
-    if due:
-        return dg.RunRequest(tags=tags, asset_selection=[dg.AssetKey(v) for v in due] + [
-            dg.AssetKey("errors"), dg.AssetKey("gaps")])
-    if newest is None or us_from_utc(now) - newest > TICK_INTERVAL.total_seconds() * 1e6:
-        return dg.RunRequest(tags=tags)
+    if due or newest is None or us_from_utc(now) - newest > TICK_INTERVAL.total_seconds() * 1e6:
+        return dg.RunRequest(tags={TICK_TAG: "true"}, asset_selection=tick_selection(due))
     return dg.SkipReason("no gap timer is due, and the newest entry is younger than the tick interval")

@@ -1,4 +1,5 @@
-"""The landing sensor: a new batch file → a dynamic partition and one run to ingest and project it."""
+"""The landing sensor: a new batch file → a dynamic partition and a run to ingest it; after each
+successful ingest run, a run that projects it."""
 
 import json
 from contextlib import contextmanager
@@ -7,8 +8,8 @@ from typing import Iterator
 import dagster as dg
 import duckdb
 
-from assets.jobs import ingest_job
-from assets.partitions import BATCHES
+from assets.jobs import ingest_job, project_job
+from assets.partitions import BATCHES, CLI_HOME_TAG, NOW_TAG
 from pipelines.ingest import new_landing_files
 from pipelines.store import ENGINE_DDL, Home, Store, StoreBusy
 from resources import FoldersResource, ReadStoreResource, inorder_home
@@ -65,3 +66,15 @@ def landing_sensor(context: dg.SensorEvaluationContext, read_store: ReadStoreRes
         dynamic_partitions_requests=[BATCHES.build_add_request([k for k in keys if k not in existing])] if keys else [],
         cursor=json.dumps(dict(sorted(waiting.items()))),
     )
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_job], request_job=project_job,
+                      minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
+                      description="Projects what each successful ingest_batch run archived (every view; only the "
+                                  "views it changes are materialised)")
+def project_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+    run = context.dagster_run
+    if CLI_HOME_TAG in run.tags:
+        return dg.SkipReason("`inorder run` projects in its own run")
+    now = {NOW_TAG: run.tags[NOW_TAG]} if NOW_TAG in run.tags else {}
+    return dg.RunRequest(run_key=f"project-after-{run.run_id}", tags=now)

@@ -5,12 +5,12 @@ from typing import Iterator
 import dagster as dg
 
 from assets.logs import LOG_METADATA, LOG_SPECS
-from assets.partitions import STORE_POOL, TICK_TAG, launched_automatically, run_time
+from assets.partitions import STORE_POOL, TICK_TAG, run_time
 from pipelines.health import view_lag
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
 from pipelines.run import project_views
-from pipelines.status import newest_errors, read_status
+from pipelines.status import blocked_streams, blocked_streams_markdown, newest_errors, read_status
 from pipelines.store import OUTCOME_COLUMNS, Home, Store
 from pipelines.view import View
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
@@ -67,6 +67,7 @@ def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], 
         "last_batch": dg.MetadataValue.text(status.last_batch or "-"),
         "dagster/row_count": dg.MetadataValue.int(status.rows),
         "newest_errors": dg.MetadataValue.md(newest_errors(store.con, view.name)),
+        "blocked_streams": dg.MetadataValue.md(blocked_streams_markdown(blocked_streams(store.con, [view]))),
     })
     if lag.ingestion_seconds is not None:
         metadata["lag/ingestion_seconds"] = dg.MetadataValue.float(round(lag.ingestion_seconds, 3))
@@ -96,11 +97,10 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                 folders: FoldersResource) -> Iterator[dg.MaterializeResult]:
     """Project every archived batch not yet committed for the selected views, in ingest order.
 
-    A run the sensor, the tick schedule or `inorder run` started materialises only the views whose
-    streams it walked (so a tick with no timer due materialises nothing, and the views' checks, the
-    Great Expectations suites among them, run only after a change); a run a person launched
-    materialises every view it selected. The `errors` and `gaps` logs are materialised when selected,
-    unless an automatic tick walked nothing."""
+    A tick materialises only the views whose streams it walked (the tick schedule and `inorder run`
+    select just the views with a gap timer due), so a tick with nothing due materialises nothing and
+    the views' checks, the Great Expectations suites among them, do not run on every tick. The
+    `errors` and `gaps` logs are materialised when selected, unless a tick walked nothing."""
     home = inorder_home(read_store, folders)
     selected = [v for v in ALL_VIEWS if dg.AssetKey(v.name) in context.selected_asset_keys]
     tick = context.run.tags.get(TICK_TAG) == "true"
@@ -110,11 +110,10 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
     if stats.publish_error:
         context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")
-    automatic = launched_automatically(context)
     with Store.open_read_only(home) as store:
         positions = read_positions(store.con, selected)
         for i, view in enumerate(selected):
-            if automatic and not stats.streams_touched.get(view.name):
+            if tick and not stats.streams_touched.get(view.name):
                 continue
             position = positions[i] if isinstance(positions, list) else positions
             yield dg.MaterializeResult(
@@ -123,5 +122,5 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                                           stats.streams_touched.get(view.name, 0)),
                           **publication_metadata(position, stats.publish_error)})
         for key, metadata in LOG_METADATA.items():
-            if dg.AssetKey(key) in context.selected_asset_keys and not (automatic and tick and not stats.streams_touched):
+            if dg.AssetKey(key) in context.selected_asset_keys and not (tick and not stats.streams_touched):
                 yield dg.MaterializeResult(asset_key=key, metadata=metadata(store))

@@ -1,19 +1,37 @@
-"""The `inorder` command line. Every command reads INORDER_HOME (default ./.inorder)."""
+"""The `inorder` command line. Every command but `generate` and `init` works on an existing home:
+INORDER_HOME (default ./.inorder)."""
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from pipelines.store import Home
+from inorder.terminal import say
+from pipelines.store import OUTCOME_COLUMNS, Home
+
+if TYPE_CHECKING:  # importing it loads Dagster, which only `run` needs
+    from inorder.dagster_runs import CliRun
 
 
-def _progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+class NotAHome(FileNotFoundError):
+    """INORDER_HOME names a folder with neither a landing folder nor a store."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("inorder")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        import tomllib
+
+        with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)["project"]["version"]
 
 
 def _iso_time(text: str) -> datetime:
@@ -38,6 +56,35 @@ def _spark():
     return spark_session
 
 
+def _home() -> Home:
+    """The home of a command that reads or writes one: a mistyped INORDER_HOME is refused in one line
+    instead of becoming a new, empty store."""
+    home = Home.from_env()
+    if not home.exists:
+        raise NotAHome(f"no inorder home at {home.root} (neither {home.landing} nor {home.database} exists): "
+                       f"check INORDER_HOME, or create one with `inorder init {home.root}`")
+    return home
+
+
+def _print_json(document: object) -> None:
+    """One JSON document on stdout (times as ISO 8601); README lists each command's keys."""
+    def moment(value: object) -> str:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+    print(json.dumps(document, indent=2, ensure_ascii=False, default=moment))
+
+
+def _print_table(names: Sequence[str], rows: Iterable[Sequence[object]], null: str = "-") -> None:
+    cells = [list(names), *[[null if v is None else str(v).replace("\n", " ") for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(names))]
+    for i, row in enumerate(cells):
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
 GENERATORS = {"bank": "views.bank_generator", "shop": "shop.generator"}  # the demo domains
 
 
@@ -46,8 +93,21 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     generator = importlib.import_module(GENERATORS[args.domain])
     paths = generator.generate(Path(args.out), generator.GeneratorConfig(
-        args.events, args.streams, args.batches, args.disorder, args.duplicates, args.gaps, args.poison, args.seed))
-    print(f"wrote {len(paths)} {args.domain} batch files with {args.events} events to {args.out}")
+        args.events, args.streams, args.batches, args.disorder, args.duplicates, args.gaps, args.poison, args.seed),
+        prefix=args.prefix)
+    names = paths[0].name if len(paths) == 1 else f"{paths[0].name} to {paths[-1].name}"
+    print(f"wrote {len(paths)} {args.domain} batch files ({names}) with {args.events} events to {args.out}")
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    from pipelines.store import Store
+
+    views = _views()
+    home = Home.from_env(args.home)
+    existed = home.exists
+    Store.open(home, views).close()  # the folders, the engine's tables and the views' tables
+    print(f"{home.root} is an inorder home already (landing {home.landing}, store {home.database})" if existed else
+          f"created the inorder home {home.root}: drop batch files into {home.landing}, then `inorder run`")
 
 
 def _views():
@@ -58,77 +118,125 @@ def _views():
     return load_views()
 
 
+RUN_VIEW_COUNTS = ("selected", *OUTCOME_COLUMNS, "gaps_skipped", "streams_touched")
+
+
+def _run_document(report: CliRun) -> dict:
+    """`inorder run --json` (README lists the keys); the text summary is made from it too."""
+    batches = [{"batch_id": m["batch_id"], "entry_idx": m.get("entry_idx"), "status": m.get("status"),
+                "records": m.get("records", 0), "malformed": m.get("malformed", 0),
+                "rejected_reason": m.get("rejected_reason")} for m in report.ingested]
+    views = {name: {count: m.get(f"run/{count}", 0) for count in RUN_VIEW_COUNTS}  # the views' run/… metadata
+             for name, m in report.projection.items()}
+    return {
+        "ran": ("batches" if report.ingested else "tick" if report.ticked else "resumed" if report.resumed
+                else "nothing"),
+        "batches": batches,
+        "records": sum(b["records"] for b in batches if b["status"] == "archived"),
+        "applied": sum(v["applied"] for v in views.values()),
+        "views": views,
+        "seconds": round(report.seconds, 3),
+        "dagster_run_ids": report.run_ids,
+        "publish_error": next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
+                              None),
+    }
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import run_through_dagster
 
     _views()
-    report = run_through_dagster(Home.from_env(), args.now, _progress)
-    archived = [m for m in report.ingested if m.get("status") == "archived"]
-    rejected = [m for m in report.ingested if m.get("status") == "rejected"]
-    records = sum(m.get("records", 0) for m in archived)
-    applied = sum(m.get("applied", 0) for m in report.projection.values())
-    what = (f"{len(archived)} batches, {records} records" if report.ingested else
-            "a tick" if report.ticked else "what an interrupted run had archived" if report.resumed else
-            "nothing new (logical time has not moved since the last entry)")
-    rate = f", {records / report.seconds:,.0f} records/s" if records else ""
-    print(f"ran {what} in {report.seconds:.1f}s{rate}; {applied} messages applied across views; "
-          f"{len(report.run_ids)} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
-    for m in rejected:
-        print(f"rejected batch (entry {m.get('entry_idx')}): {m.get('rejected_reason')}")
-    failed = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")), None)
-    if failed:  # the views are committed in DuckDB; readers of PostgreSQL lag until it is caught up
-        raise RuntimeError(f"publishing to PostgreSQL failed: {failed} (DuckDB is committed; the next run or "
-                           "`inorder publish` catches up)")
+    run = _run_document(run_through_dagster(_home(), args.now, say))
+    if args.json:
+        _print_json(run)
+    else:
+        archived = [b for b in run["batches"] if b["status"] == "archived"]
+        rejected = [b for b in run["batches"] if b["status"] == "rejected"]
+        what = {"batches": f"{len(archived)} batches, {run['records']} records", "tick": "a tick",
+                "resumed": "what an interrupted run had archived",
+                "nothing": "nothing new (logical time has not moved since the last entry)"}[run["ran"]]
+        rate = f", {run['records'] / run['seconds']:,.0f} records/s" if run["records"] else ""
+        print(f"ran {what} in {run['seconds']:.1f}s{rate}; {run['applied']} messages applied across views; "
+              f"{len(run['dagster_run_ids'])} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
+        for b in rejected:
+            print(f"rejected batch (entry {b['entry_idx']}): {b['rejected_reason']}")
+    if run["publish_error"]:  # the views are committed in DuckDB; readers of PostgreSQL lag until it is caught up
+        raise RuntimeError(f"publishing to PostgreSQL failed: {run['publish_error']} (DuckDB is committed; the next "
+                           "run or `inorder publish` catches up)")
+
+
+def _store():
+    """A read-only connection to the home's store (it waits while a run holds the file, like every reader)."""
+    from pipelines.store import Store
+
+    return Store.open_read_only(_home())
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from pipelines.status import format_status, open_read_only, read_status
-
     from pipelines.publish import format_positions, read_positions
+    from pipelines.status import format_status, read_status, status_document
 
     views = _views()
-    con = open_read_only(Home.from_env())
-    try:
-        print(format_status(read_status(con, views)))
-        positions = read_positions(con, views)
-    finally:
-        con.close()
+    with _store() as store:
+        status = read_status(store.con, views)
+        positions = read_positions(store.con, views)
+    if args.json:
+        _print_json(status_document(status, positions))
+        return
+    print(format_status(status))
     if isinstance(positions, str):
         print(f"PostgreSQL (INORDER_SERVE_POSTGRES): cannot read what is published: {positions}")
     elif positions is not None:
         print("\n".join(format_positions(positions)))
 
 
-def cmd_errors(args: argparse.Namespace) -> None:
-    from pipelines.status import open_read_only
+def _known_view(name: str | None) -> None:
+    """Refuse a --view that names no view of INORDER_VIEWS, listing the known ones."""
+    from pipelines.registry import view_named
 
-    con = open_read_only(Home.from_env())
-    try:
-        rows = con.execute(
-            "SELECT kind, coalesce(view, '-'), coalesce(stream_id, '-'), coalesce(seq::VARCHAR, '-'), batch_id, "
-            "line, coalesce(reason, message) FROM inorder.errors "
-            "WHERE (? IS NULL OR view = ?) AND (? IS NULL OR kind = ?) ORDER BY error_id LIMIT ?",
-            [args.view, args.view, args.kind, args.kind, args.limit]).fetchall()
-    finally:
-        con.close()
-    for kind, view, stream_id, seq, batch_id, line, reason in rows:
-        print(f"{kind}\t{view}\t{stream_id}\t{seq}\t{batch_id}:{line}\t{reason}")
-    print(f"{len(rows)} errors shown (limit {args.limit})", file=sys.stderr)
+    if name is not None:
+        view_named(_views(), name)
+
+
+def _print_listing(args: argparse.Namespace, total: int, rows: Sequence, header: Sequence[str], key: str,
+                   what: str, order: str) -> None:
+    """`errors` and `pending`: with --json, {"total": …, key: [row, …]}; else a table, then the total."""
+    if args.json:
+        _print_json({"total": total, key: [row._asdict() for row in rows]})
+        return
+    if rows:
+        _print_table(header, [row.cells() for row in rows])
+    shown = f", {len(rows)} shown (--limit {args.limit})" if len(rows) < total else ""
+    print(f"{total} {what}{shown}" + (f"; {order}" if rows else ""))
+
+
+def cmd_errors(args: argparse.Namespace) -> None:
+    from pipelines.status import ERROR_HEADER, read_errors
+
+    _known_view(args.view)
+    with _store() as store:
+        log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit)
+    _print_listing(args, log.total, log.newest, ERROR_HEADER, "errors", "errors", "newest first")
+
+
+def cmd_pending(args: argparse.Namespace) -> None:
+    from pipelines.status import BLOCKED_HEADER, blocked_streams
+
+    views = _views()
+    _known_view(args.view)
+    with _store() as store:
+        blocked = blocked_streams(store.con, views, args.view, args.limit)
+    _print_listing(args, blocked.total, blocked.oldest, BLOCKED_HEADER, "streams", "blocked streams",
+                   "oldest blocked first; times are logical (the batches' received_at)")
 
 
 def cmd_query(args: argparse.Namespace) -> None:
     import csv
-    import json
 
-    from pipelines.status import open_read_only
-
-    con = open_read_only(Home.from_env())  # waits while a run holds the file, like every reader
-    try:
-        cursor = con.execute(args.sql)
+    with _store() as store:
+        cursor = store.con.execute(args.sql)
         names = [d[0] for d in cursor.description or ()]
         rows = cursor.fetchall()
-    finally:
-        con.close()
     if args.format == "json":
         print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
     elif args.format == "csv":
@@ -136,12 +244,7 @@ def cmd_query(args: argparse.Namespace) -> None:
         writer.writerow(names)
         writer.writerows(rows)
     else:
-        cells = [names, *[["NULL" if v is None else str(v) for v in row] for row in rows]]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(names))]
-        for i, row in enumerate(cells):
-            print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-            if i == 0:
-                print("  ".join("-" * w for w in widths))
+        _print_table(names, rows, null="NULL")
         print(f"({len(rows)} rows)", file=sys.stderr)
 
 
@@ -151,8 +254,8 @@ def cmd_operator(args: argparse.Namespace) -> None:
 
     views = _views()
     view = view_named(views, args.view)
-    streams = operator_action(_spark(), Home.from_env(), views, view, None if args.all else [args.stream],
-                              args.command, progress=_progress)
+    streams = operator_action(_spark(), _home(), views, view, None if args.all else [args.stream],
+                              args.command, progress=say)
     if not streams:
         print(f"view {args.view} has no parked streams: nothing to {args.command}")
     else:
@@ -167,7 +270,7 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     views = _views()
     view = view_named(views, args.view)
-    stats = rebuild(_spark(), Home.from_env(), views, view, progress=_progress)
+    stats = rebuild(_spark(), _home(), views, view, progress=say)
     print(f"rebuilt {args.view}: {stats.entries} entries replayed in {stats.passes} passes, "
           f"{time.perf_counter() - started:.1f}s")
 
@@ -178,17 +281,23 @@ def cmd_publish(args: argparse.Namespace) -> None:
     from pipelines.run import publish
 
     views = _views()
-    done = publish(Home.from_env(), views, view_named(views, args.full) if args.full else None)
+    done = publish(_home(), views, view_named(views, args.full) if args.full else None)
     print(f"published {describe(done)}" if done else "every view is published up to DuckDB's newest commit")
 
 
 def parser() -> argparse.ArgumentParser:
+    from pipelines.status import ERROR_KINDS
+
     p = argparse.ArgumentParser(prog="inorder", description=__doc__)
+    p.add_argument("--version", action="version", version=f"inorder {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+    as_json = {"action": "store_true", "help": "one JSON document on stdout (README lists the keys)"}
     g = sub.add_parser("generate", help="write demo batches (the bank's, or the shop's)")
     g.add_argument("--domain", choices=sorted(GENERATORS), default="bank",
                    help="bank: account streams (views/); shop: order and customer streams (shop/views/)")
     g.add_argument("--out", required=True)
+    g.add_argument("--prefix", default="batch-",
+                   help="file names: PREFIX00001.jsonl…, numbered on from the highest PREFIX<number> file in --out")
     g.add_argument("--events", type=int, default=10_000)
     g.add_argument("--streams", type=int, default=100)
     g.add_argument("--batches", type=int, default=10)
@@ -198,19 +307,34 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--poison", type=_fraction, default=0.005)
     g.add_argument("--seed", type=int, default=7)
     g.set_defaults(func=cmd_generate)
+    i = sub.add_parser("init", help="create a home: landing/, archive/ and the store")
+    i.add_argument("home", nargs="?", help="default: INORDER_HOME, else ./.inorder")
+    i.set_defaults(func=cmd_init)
     r = sub.add_parser("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
+    r.add_argument("--json", **as_json)
     r.set_defaults(func=cmd_run)
-    sub.add_parser("status", help="per-view summary").set_defaults(func=cmd_status)
+    s = sub.add_parser("status", help="per-view summary")
+    s.add_argument("--json", **as_json)
+    s.set_defaults(func=cmd_status)
     q = sub.add_parser("query", help="run one read-only SQL query on the store (waits while a run holds it)")
     q.add_argument("sql")
     q.add_argument("--format", choices=("table", "csv", "json"), default="table")
     q.set_defaults(func=cmd_query)
-    e = sub.add_parser("errors", help="list the error log")
+    e = sub.add_parser("errors", help="list the error log, newest first")
     e.add_argument("--view")
-    e.add_argument("--kind", choices=("malformed", "handler_error", "late", "conflict"))
+    e.add_argument("--kind", choices=ERROR_KINDS)
+    e.add_argument("--batch", metavar="BATCH_ID", help="only the errors of this batch")
+    e.add_argument("--since", type=_iso_time, metavar="ISO8601",
+                   help="only errors logged at or after this logical time")
     e.add_argument("--limit", type=int, default=100)
+    e.add_argument("--json", **as_json)
     e.set_defaults(func=cmd_errors)
+    n = sub.add_parser("pending", help="blocked and parked streams, oldest blocked first")
+    n.add_argument("--view")
+    n.add_argument("--limit", type=int, default=20)
+    n.add_argument("--json", **as_json)
+    n.set_defaults(func=cmd_pending)
     for action in ("retry", "skip"):
         o = sub.add_parser(action, help=f"{action} a parked stream, or every parked stream of a view")
         o.add_argument("--view", required=True)
@@ -235,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
         print("inorder: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
-        if os.environ.get("INORDER_DEBUG"):
+        from pipelines.spark import debugging
+
+        if debugging():
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"inorder: error: {message}", file=sys.stderr)

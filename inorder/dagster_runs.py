@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +15,9 @@ import dagster as dg
 from assets.partitions import CLI_HOME_TAG
 from pipelines.faults import crash_point
 from pipelines.ingest import check_logical_time, new_landing_files, tick_due
-from pipelines.project import plan_passes
+from pipelines.project import plan_passes, views_with_due_buffers
+from inorder.terminal import PROGRESS_LOGGER
+from pipelines.spark import debugging
 from pipelines.store import Home, Store, take_lock, us_from_utc
 
 INSTANCE_YAML = """\
@@ -46,7 +48,7 @@ def dagster_home(home: Home) -> Path:
 
 @dataclass
 class CliRun:
-    ingested: list[dict] = field(default_factory=list)  # event_batches materialisation metadata
+    ingested: list[dict] = field(default_factory=list)  # event_batches materialisation metadata, and batch_id
     ticked: bool = False
     resumed: bool = False  # it projected what an interrupted run had archived
     run_ids: list[str] = field(default_factory=list)
@@ -54,7 +56,9 @@ class CliRun:
     seconds: float = 0.0
 
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # progress lines are ours
+def _run_config() -> dict:
+    """The steps' log lines as progress lines only (Dagster's console log with INORDER_DEBUG=1)."""
+    return {"loggers": {"console": {"config": {"log_level": "INFO"}}} if debugging() else {PROGRESS_LOGGER: {}}}
 
 
 def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
@@ -63,6 +67,17 @@ def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
         if materialization.asset_key == dg.AssetKey(key):
             return {k: v.value for k, v in materialization.metadata.items()}
     return {}
+
+
+def _rejected(result: dg.ExecuteInProcessResult) -> dict:
+    """The metadata of a batch whose partition failed because the file was rejected (assets/ingest.py);
+    any other failure of the ingest run fails `inorder run` with its message."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    data = failure.step_failure_data.user_failure_data if failure else None
+    if data is None or "status" not in data.metadata:
+        error = failure.step_failure_data.error if failure else None
+        raise RuntimeError(error.message.strip() if error else "ingest run failed")
+    return {k: v.value for k, v in data.metadata.items()}
 
 
 def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:
@@ -93,7 +108,7 @@ def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[st
 
 def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[str], None],
                          started: float) -> CliRun:
-    from assets.partitions import BATCHES, NOW_TAG, TICK_TAG
+    from assets.partitions import BATCHES, NOW_TAG, TICK_TAG, tick_selection
     from inorder.definitions import defs
     from pipelines.registry import load_views
 
@@ -104,20 +119,26 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
     _fail_orphaned_runs(instance, home)
     with Store.open(home, views) as store:
         new = [f.batch_id for f in new_landing_files(store, home)]
-        interrupted = bool(plan_passes(store, views))  # archived entries an earlier run did not project
+        # archived entries an earlier run did not project (a tick projects only the views it concerns:
+        # its entry waits for the others' next projection, and does not count)
+        interrupted = any(e["kind"] != "tick" for plan in plan_passes(store, views) for e in plan.entries)
         if now is not None:
             check_logical_time(store, us_from_utc(now))
         # finishing an interrupted run is not a tick, nor is a time already recorded
         tick = not new and not interrupted and (now is None or tick_due(store, us_from_utc(now)))
+        # a tick projects the views with a gap timer due, as the tick schedule does
+        due = views_with_due_buffers(store.con, views, us_from_utc(now) if now else max(
+            us_from_utc(datetime.now(timezone.utc)), store.last_logical_time_us() or 0)) if tick else []
     existing = set(instance.get_dynamic_partitions(BATCHES.name))
     instance.add_dynamic_partitions(BATCHES.name, [b for b in new if b not in existing])
     report = CliRun()
+    run_config = _run_config()
     ingest = defs.resolve_job_def("ingest_batch")
     for i, batch_id in enumerate(new, start=1):
-        result = ingest.execute_in_process(instance=instance, partition_key=batch_id, tags=tags, run_config=QUIET,
-                                           asset_selection=[dg.AssetKey("event_batches")])
-        metadata = _metadata(result, "event_batches")
-        report.ingested.append(metadata)
+        result = ingest.execute_in_process(instance=instance, partition_key=batch_id, tags=tags, run_config=run_config,
+                                           asset_selection=[dg.AssetKey("event_batches")], raise_on_error=False)
+        metadata = _metadata(result, "event_batches") if result.success else _rejected(result)
+        report.ingested.append({"batch_id": batch_id, **metadata})
         report.run_ids.append(result.run_id)
         progress(f"ingest {i}/{len(new)} {batch_id}: {metadata.get('status')}, {metadata.get('records')} records, "
                  f"{metadata.get('malformed')} malformed"
@@ -125,8 +146,8 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
     crash_point("dagster.ingested")  # every new batch archived, none projected yet
     report.ticked, report.resumed = tick, interrupted
     result = defs.resolve_job_def("project_views").execute_in_process(
-        instance=instance, tags={**tags, TICK_TAG: "true" if report.ticked else "false"}, run_config=QUIET,
-        raise_on_error=False)
+        instance=instance, tags={**tags, TICK_TAG: "true" if report.ticked else "false"}, run_config=run_config,
+        asset_selection=tick_selection(due) if tick else None, raise_on_error=False)
     report.run_ids.append(result.run_id)
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)

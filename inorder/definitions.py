@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import ALL_ASSETS, ALL_CHECKS, ALL_JOBS, landing_sensor, tick_schedule
+from assets import ALL_ASSETS, ALL_CHECKS, ALL_JOBS, landing_sensor, project_after_ingest, tick_schedule
+from inorder.terminal import PROGRESS_LOGGER, progress_logger
 from resources import RESOURCES
 
 # One process per run: every step shares one Spark session (no JVM start per asset).
@@ -12,8 +13,12 @@ defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
     jobs=ALL_JOBS,
-    sensors=[landing_sensor],
+    sensors=[landing_sensor, project_after_ingest],
     schedules=[tick_schedule],
     resources=RESOURCES,
     executor=dg.in_process_executor,
+    # a run uses the console logger unless its config names loggers; `inorder run` names PROGRESS_LOGGER
+    loggers={"console": dg.colored_console_logger, PROGRESS_LOGGER: dg.LoggerDefinition(
+        progress_logger, description="`inorder run`: the steps' log lines (INFO and up) as progress lines on stderr, "
+                                     "without Dagster's events")},
 )

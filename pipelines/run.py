@@ -20,6 +20,7 @@ from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch,
 from pipelines.inspect import SourceMapping
 from pipelines.project import PassResult, pass_folder, plan_passes, run_pass
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
+from pipelines.spark import stage_progress
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -115,12 +116,14 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
     # start takes seconds); a tick that walks nothing commits its ledger rows without Spark
     session = functools.cache(spark if callable(spark) else lambda: spark)
     for i, plan in enumerate(plans, start=1):
-        started = time.perf_counter()
-        out = run_pass(session, store, home, list(selected), plan, first_seq)
+        started, label = time.perf_counter(), f"pass {i}/{len(plans)}"
+        with stage_progress(label, progress):
+            out = run_pass(session, store, home, list(selected), plan, first_seq)
         spark_done = time.perf_counter()
         summary = out.summary()
         refuse_failed_pass(out, summary)
         crash_point("project.ordered")
+        progress(f"{label}: committing")
         with pass_output(store, out):
             commit_pass(store, list(selected), plan, subscribed)
             crash_point("project.committed")
@@ -133,7 +136,7 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
         stats.spark_seconds += spark_done - started
         stats.commit_seconds += committed - spark_done
         stats.entries += len(plan.entries)
-        progress(f"pass {i}/{len(plans)}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
+        progress(f"{label}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
                  f"in {time.perf_counter() - started:.1f}s")
 
 

@@ -9,17 +9,21 @@ from the driver when they cannot).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
+import threading
+import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -36,6 +40,15 @@ DEFAULT_CONF = {
 # pipelines/registry.py); nothing there imports Dagster
 ENGINE_PACKAGE = "pipelines"
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+# the driver JVM's log4j configuration unless INORDER_DEBUG is set: errors only, on stderr
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+# what the JVM and Spark print on the JVM's stderr as it starts, whatever log4j says (INORDER_DEBUG=1 shows it)
+JVM_START_NOTICE = re.compile(rb"^(WARNING: Using incubator modules|Setting default log level|To adjust logging level)")
+
+
+def debugging() -> bool:
+    """INORDER_DEBUG=1: tracebacks, Dagster's own log and the JVM's start-up lines on the terminal."""
+    return bool(os.environ.get("INORDER_DEBUG"))
 
 
 def env_conf() -> dict[str, str]:
@@ -67,14 +80,93 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
         defaults = DEFAULT_CONF
-    for key, value in {**defaults, **env_conf(), **(conf or {})}.items():
+    settings = {**defaults, **env_conf(), **(conf or {})}
+    quiet = not master.startswith("sc://") and not debugging()  # a Connect session starts no JVM here
+    if quiet:  # first, so that a configuration file the user names wins
+        settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
+            f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", settings.get("spark.driver.extraJavaOptions"))))
+    for key, value in settings.items():
         builder = builder.config(key, value)
     # pyspark warns about pandas 3 on every Arrow call; inorder exchanges Arrow, not pandas
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-    session = builder.getOrCreate()
+    with _jvm_start_notices_dropped() if quiet else contextlib.nullcontext():
+        session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextlib.contextmanager
+def _jvm_start_notices_dropped() -> Iterator[None]:
+    """A JVM started in the block gets a pipe for its stderr instead of ours; a thread forwards what
+    comes through it to our stderr, for the JVM's whole life, except JVM_START_NOTICE."""
+    read_end, write_end = os.pipe()
+    ours = os.dup(2)
+    sys.stderr.flush()
+    os.dup2(write_end, 2)  # what the JVM inherits
+    os.close(write_end)
+    threading.Thread(target=_forward_jvm_stderr, args=(read_end, ours), daemon=True, name="inorder-jvm-stderr").start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(ours, 2)  # this process writes to its own stderr again; the JVM keeps the pipe
+
+
+def _forward_jvm_stderr(read_end: int, ours: int) -> None:
+    with os.fdopen(read_end, "rb") as jvm, os.fdopen(ours, "wb", buffering=0) as stderr:
+        for line in jvm:
+            if not JVM_START_NOTICE.match(line):
+                stderr.write(line)
+
+
+@contextlib.contextmanager
+def stage_progress(label: str, say: Callable[[str], None], every_seconds: float = 2.0) -> Iterator[None]:
+    """While the block runs, say where Spark's newest job is (`label: stage 3/5 (120/200 tasks)`), when
+    it changed and at most every `every_seconds`. Only a classic session has a status tracker: with
+    Spark Connect (or while no session has started) nothing is said."""
+    stop = threading.Event()
+
+    def poll() -> None:
+        said, said_at = None, time.monotonic()
+        while not stop.wait(0.5):
+            if time.monotonic() - said_at < every_seconds:
+                continue
+            try:
+                line = _stage_line()
+            except Exception:  # a progress line is never worth a failed run (the JVM may be going away)
+                continue
+            if line and line != said:
+                say(f"{label}: {line}")
+                said, said_at = line, time.monotonic()
+
+    thread = threading.Thread(target=poll, daemon=True, name="inorder-spark-stages")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _stage_line() -> str | None:
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context  # the classic session's, once one has started
+    if context is None:
+        return None
+    tracker = context.statusTracker()
+    jobs = tracker.getActiveJobsIds()
+    job = tracker.getJobInfo(max(jobs)) if jobs else None
+    if job is None:
+        return None
+    stages = sorted(job.stageIds)
+    active = [info for info in map(tracker.getStageInfo, tracker.getActiveStageIds())
+              if info is not None and info.stageId in stages]
+    if not active:
+        return None
+    done, tasks = sum(info.numCompletedTasks for info in active), sum(info.numTasks for info in active)
+    return f"stage {stages.index(min(info.stageId for info in active)) + 1}/{len(stages)} ({done}/{tasks} tasks)"
 
 
 def shuffle_partitions(spark: SparkSession) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from datetime import datetime, timedelta
+from typing import Iterable, NamedTuple, Sequence
 
 import duckdb
 
+from pipelines.publish import Position
 from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -76,23 +78,123 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
     return status
 
 
+ERROR_KINDS = ("malformed", "handler_error", "late", "conflict")  # the kinds of rows in inorder.errors
+
+
+class ErrorRow(NamedTuple):
+    """One row of the error log, as `inorder errors` shows it."""
+
+    error_id: int
+    kind: str
+    error_class: str | None  # handler_error only: reject (the handler refused the message) or bug
+    view: str | None  # None for malformed records: no view saw them
+    stream_id: str | None
+    seq: int | None
+    event_type: str | None
+    batch_id: str | None
+    line: int | None
+    logged_at: datetime | None  # the logical time of the batch (or tick) that logged it
+    reason: str
+
+    def cells(self) -> tuple:
+        """The row under ERROR_HEADER."""
+        return (self.error_id, self.kind, self.view, self.stream_id, self.seq, f"{self.batch_id}:{self.line}",
+                _iso(self.logged_at), self.reason)
+
+
+ERROR_HEADER = ("id", "kind", "view", "stream", "seq", "batch:line", "logged at", "reason")
+
+
+class ErrorLog(NamedTuple):
+    total: int  # rows matching the filters
+    newest: list[ErrorRow]  # the newest of them, newest first, at most `limit`
+
+
+def read_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, kind: str | None = None,
+                batch_id: str | None = None, since: datetime | None = None, limit: int = 100) -> ErrorLog:
+    """The error log, newest first, filtered by view, kind, batch and logged_at >= `since`."""
+    where = ("(? IS NULL OR view = ?) AND (? IS NULL OR kind = ?) AND (? IS NULL OR batch_id = ?) "
+             "AND (?::TIMESTAMPTZ IS NULL OR logged_at >= ?::TIMESTAMPTZ)")
+    params = [view, view, kind, kind, batch_id, batch_id, since, since]
+    total = con.execute(f"SELECT count(*) FROM inorder.errors WHERE {where}", params).fetchone()[0]
+    rows = con.execute(
+        "SELECT error_id, kind, error_class, view, stream_id, seq, event_type, batch_id, line, logged_at, "
+        f"coalesce(reason, message, '') FROM inorder.errors WHERE {where} ORDER BY error_id DESC LIMIT ?",
+        [*params, limit]).fetchall()
+    return ErrorLog(total, [ErrorRow(*row) for row in rows])
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    def cell(value: object) -> str:
+        return "-" if value is None else str(value).replace("|", "\\|").replace("\n", " ")[:120]
+
+    lines = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}"]
+    lines += [f"| {' | '.join(cell(v) for v in row)} |" for row in rows]
+    return "\n".join(lines)
+
+
 def newest_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, limit: int = 10) -> str:
     """A markdown table of the newest error rows (of one view, or of all)."""
+    errors = read_errors(con, view=view, limit=limit).newest
+    return _markdown_table(ERROR_HEADER, [e.cells() for e in errors]) if errors else "no errors"
+
+
+class BlockedStream(NamedTuple):
+    """A (view, stream) that cannot move on: waiting for a missing seq, or parked by a handler error."""
+
+    view: str
+    stream_id: str
+    waiting_for_seq: int  # last_seq + 1: the missing message, or the parked one that failed
+    pending: int  # messages buffered behind it
+    blocked_since: datetime | None  # logical time; for a parked stream, when that message first failed
+    times_out_at: datetime | None  # blocked_since + the view's gap_timeout; None when parked (no timer)
+    parked: bool
+
+    def cells(self) -> tuple:
+        """The row under BLOCKED_HEADER."""
+        return (self.view, self.stream_id, self.waiting_for_seq, self.pending, _iso(self.blocked_since),
+                "parked" if self.parked else _iso(self.times_out_at))
+
+
+BLOCKED_HEADER = ("view", "stream", "waiting for seq", "pending", "blocked since", "times out at")
+
+
+class BlockedStreams(NamedTuple):
+    total: int  # blocked and parked streams matching the filter
+    oldest: list[BlockedStream]  # the oldest blocked of them first, at most `limit`
+
+
+def blocked_streams(con: duckdb.DuckDBPyConnection, views: Sequence[View], view: str | None = None,
+                    limit: int = 20) -> BlockedStreams:
+    """The streams of `views` (or of the one named `view`) that wait for a gap or are parked, oldest
+    blocked first (`inorder pending`, the views' Dagster metadata)."""
+    names = [v.name for v in views if view is None or v.name == view]
+    blocked = "FROM inorder.watermarks w WHERE list_contains(?, w.view) AND (w.blocked_at IS NOT NULL OR w.parked)"
+    total = con.execute(f"SELECT count(*) {blocked}", [names]).fetchone()[0]
     rows = con.execute(
-        "SELECT error_id, kind, coalesce(view, '-'), coalesce(stream_id, '-'), coalesce(seq::VARCHAR, '-'), "
-        "batch_id, line, coalesce(reason, message, '') FROM inorder.errors "
-        "WHERE ? IS NULL OR view = ? ORDER BY error_id DESC LIMIT ?", [view, view, limit]).fetchall()
-    if not rows:
-        return "no errors"
+        # a parked stream keeps no blocked_since: it has waited since its message's first failed attempt
+        "SELECT w.view, w.stream_id, w.last_seq + 1, w.pending_count, CASE WHEN w.parked THEN "
+        "(SELECT min(e.logged_at) FROM inorder.errors e WHERE e.view = w.view AND e.stream_id = w.stream_id "
+        "AND e.kind = 'handler_error' AND e.seq = w.last_seq + 1) ELSE w.blocked_since END AS since, w.parked "
+        f"{blocked} ORDER BY since NULLS LAST, w.view, w.stream_id LIMIT ?", [names, limit]).fetchall()
+    timeouts = {v.name: timedelta(microseconds=v.gap_timeout_us) for v in views}  # as the walk counts
+    return BlockedStreams(total, [
+        BlockedStream(name, stream_id, seq, pending, since,
+                      None if parked or since is None else since + timeouts[name], parked)
+        for name, stream_id, seq, pending, since, parked in rows])
 
-    def cell(value: object) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")[:120]
 
-    lines = ["| id | kind | view | stream | seq | batch:line | reason |", "|---|---|---|---|---|---|---|"]
-    for error_id, kind, v, stream, seq, batch_id, line, reason in rows:
-        lines.append(f"| {error_id} | {kind} | {cell(v)} | {cell(stream)} | {seq} | {cell(batch_id)}:{line} | "
-                     f"{cell(reason)} |")
-    return "\n".join(lines)
+def blocked_streams_markdown(blocked: BlockedStreams) -> str:
+    """The oldest blocked streams as a markdown table (a view's Dagster metadata)."""
+    if not blocked.total:
+        return "no blocked streams"
+    more = blocked.total - len(blocked.oldest)
+    return (_markdown_table(BLOCKED_HEADER, [s.cells() for s in blocked.oldest])
+            + (f"\n\n… and {more} more (`inorder pending`)" if more > 0 else ""))
 
 
 def open_read_only(home: Home) -> duckdb.DuckDBPyConnection:
@@ -121,3 +223,29 @@ def format_status(status: StoreStatus) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in s.errors_by_kind.items()) or "none"
         lines.append(f"{s.view}: errors by kind: {kinds}; last batch {s.last_batch or '-'}")
     return "\n".join(lines)
+
+
+def status_document(status: StoreStatus, positions: list[Position] | str | None) -> dict:
+    """`inorder status --json`: what format_status prints, and where PostgreSQL stands (`read_positions`:
+    None when publishing is not configured, the error's text when PostgreSQL cannot be read). README
+    lists the keys."""
+    return {
+        "logical_time": status.logical_time,
+        "batches": status.batches,
+        "records": status.records,
+        "normalised": status.normalised,
+        "malformed": status.malformed,
+        "rejected": [{"batch_id": batch_id, "reason": reason} for batch_id, reason in status.rejected],
+        "views": [{
+            "view": s.view, "streams": s.streams, "selected": s.selected, "outcomes": dict(s.outcomes),
+            "pending": s.pending, "blocked_streams": s.blocked_streams, "oldest_wait_seconds": s.oldest_wait_seconds,
+            "parked_streams": s.parked_streams, "gaps_skipped": s.gaps_skipped, "rows": s.rows,
+            "conserved": s.conserved, "errors_by_kind": dict(s.errors_by_kind), "last_batch": s.last_batch,
+        } for s in status.views],
+        "postgres": None if positions is None else {
+            "error": positions if isinstance(positions, str) else None,
+            "views": [] if isinstance(positions, str) else [{
+                "view": p.view, "committed_entry": p.committed, "published_entry": p.published,
+                "behind_entries": p.behind, "current": p.current} for p in positions],
+        },
+    }

@@ -130,6 +130,12 @@ class Home:
     def database(self) -> Path:
         return self.database_path or self.root / "store.duckdb"
 
+    @property
+    def exists(self) -> bool:
+        """A home has a landing folder or a store; a folder with neither (a mistyped INORDER_HOME, say)
+        is not one, and the commands that read or write a home refuse it rather than start an empty store."""
+        return self.landing.is_dir() or self.database.exists()
+
     def ensure(self) -> "Home":
         for folder in (self.root, self.landing, self.archive, self.database.parent):
             folder.mkdir(parents=True, exist_ok=True)

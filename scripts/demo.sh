@@ -31,4 +31,6 @@ echo "--- summary"
 inorder status
 echo "--- newest errors"
 inorder errors --limit 8
+echo "--- streams still blocked, oldest first"
+inorder pending --limit 5
 echo "store: $INORDER_HOME/store.duckdb"

@@ -19,8 +19,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-# the bank demo's knobs: events, streams, batches, disorder, duplicates, gaps, poison, seed
-from views.bank_generator import GeneratorConfig
+# the bank demo's knobs (events, streams, batches, disorder, duplicates, gaps, poison, seed) and file names
+from views.bank_generator import GeneratorConfig, batch_paths
 
 __all__ = ["GeneratorConfig", "generate", "POISON", "poison_changes", "poisoned"]
 
@@ -172,16 +172,15 @@ def _arrivals(rng: random.Random, config: GeneratorConfig) -> list[str]:
     return [line for *_, line in arrivals]
 
 
-def generate(out: Path, config: GeneratorConfig) -> list[Path]:
-    """Write `config.batches` JSON Lines files `batch-00001.jsonl`... into `out`; returns their paths."""
+def generate(out: Path, config: GeneratorConfig, prefix: str = "batch-") -> list[Path]:
+    """Write `config.batches` JSON Lines files into `out` (`batch-00001.jsonl`… in an empty folder; see
+    `batch_paths`); returns their paths."""
     rng = random.Random(config.seed)
     out.mkdir(parents=True, exist_ok=True)
     lines = _arrivals(rng, config) if config.events > 0 else []
     batches = max(1, config.batches)
-    paths = []
-    for b in range(batches):
-        path = out / f"batch-{b + 1:05d}.jsonl"
+    paths = batch_paths(out, batches, prefix)
+    for b, path in enumerate(paths):
         chunk = lines[len(lines) * b // batches:len(lines) * (b + 1) // batches]
         path.write_text("".join(line + "\n" for line in chunk))
-        paths.append(path)
     return paths

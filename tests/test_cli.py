@@ -39,8 +39,9 @@ def test_generate_run_status_errors_and_clear_failures(tmp_path):
         assert row.split()[-1] == "yes", row  # the conservation identity holds
     assert "gaps" in lines[1]
     errors = cli(home, "errors", "--kind", "handler_error", "--limit", "5")
-    assert errors.returncode == 0 and len(errors.stdout.splitlines()) == 5
-    assert all(line.startswith("handler_error\t") for line in errors.stdout.splitlines())
+    lines = errors.stdout.splitlines()
+    assert errors.returncode == 0 and len(lines) == 8, errors.stdout  # a header, its rule, five rows and the total
+    assert all(line.split()[1] == "handler_error" for line in lines[2:7])
 
     backwards = cli(home, "run", "--now", "2026-11-01T00:00:00Z")
     assert backwards.returncode == 1

@@ -47,6 +47,10 @@ def test_asset_graph_has_the_expected_keys_and_checks():
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
     assert {"ingest_batch", "project_views", "rebuild_view"} <= {j.name for j in defs.resolve_all_job_defs()}
     assert defs.resolve_sensor_def("landing_sensor") and defs.resolve_schedule_def("tick_schedule")
+    assert defs.resolve_sensor_def("project_after_ingest")
+    # ingesting is a run of its own: a rejected file fails only it, never the views' checks
+    assert {k.to_user_string() for k in defs.resolve_job_def("ingest_batch").asset_layer.selected_asset_keys} == \
+        {"event_batches"}
 
 
 def _materialize_all(home: Home, instance: dg.DagsterInstance, keys: list[str], now: datetime, tick: bool = False):
@@ -241,9 +245,11 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
 
     quiet = T0 + timedelta(seconds=600) + TICK_INTERVAL + timedelta(seconds=1)
     heartbeat = evaluate(quiet)
-    assert isinstance(heartbeat, dg.RunRequest) and heartbeat.asset_selection is None
+    assert isinstance(heartbeat, dg.RunRequest)
+    assert {k.to_user_string() for k in heartbeat.asset_selection} == {"errors", "gaps"}
     result = job.execute_in_process(instance=instance, tags={**heartbeat.tags, NOW_TAG: quiet.isoformat(),
-                                                             "dagster/schedule_name": "tick_schedule"})
+                                                             "dagster/schedule_name": "tick_schedule"},
+                                    asset_selection=heartbeat.asset_selection)
     assert result.success
     assert result.get_asset_materialization_events() == [] and result.get_asset_check_evaluations() == []
     with duckdb.connect(str(home.database), read_only=True) as con:
@@ -273,3 +279,62 @@ def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
             "AND column_name != 'waited' ORDER BY column_index", [log]).fetchall()]
         schema = graph.get(dg.AssetKey(log)).metadata["dagster/column_schema"].columns
         assert [c.name for c in schema] == stored and all(c.description for c in schema)
+
+
+def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):
+    from assets.checks import no_new_rejected_files
+
+    home = Home(tmp_path / "home").ensure()
+    (home.landing / "good.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
+    (home.landing / "bad.parquet").write_bytes(b"not parquet at all")
+    (home.landing / "later.jsonl").write_text('{"stream_id": "a", "seq": 2, "type": "Deposited"}\n')
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("event_batches", ["good", "bad", "later"])
+
+    def ingest(key: str) -> dg.ExecuteInProcessResult:
+        return dg.materialize([event_batches, no_new_rejected_files], partition_key=key, instance=instance,
+                              resources=resources_for(home), raise_on_error=False)
+
+    assert ingest("good").success
+    bad = ingest("bad")
+    assert not bad.success and bad.get_asset_materialization_events() == []
+    (failure,) = [e for e in bad.all_events if e.is_step_failure]
+    data = failure.step_failure_data.user_failure_data
+    assert data.description.startswith("batch bad was rejected: ") and "parquet" in data.description.lower()
+    assert data.metadata["status"].value == "rejected" and data.metadata["rejected_reason"].value
+    # the next batch's check reports the rejection since it last ran, once
+    later = ingest("later")
+    (check,) = later.get_asset_check_evaluations()
+    assert not check.passed and check.metadata["new_rejected_files"].value == 1 and "`bad`" in \
+        check.metadata["rejected"].value
+    assert instance.get_materialized_partitions(dg.AssetKey("event_batches")) == {"good", "later"}
+    (again,) = ingest("later").get_asset_check_evaluations()
+    assert again.passed
+
+
+def test_each_successful_ingest_run_is_followed_by_a_projection_run(spark, tmp_path, monkeypatch):
+    from assets.sensors import project_after_ingest
+    from assets.partitions import CLI_HOME_TAG
+
+    home = Home(tmp_path / "home").ensure()
+    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    (home.landing / "b1.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("event_batches", ["b1"])
+    ingest = defs.resolve_job_def("ingest_batch").execute_in_process(
+        instance=instance, partition_key="b1", tags={NOW_TAG: T0.isoformat(), "dagster/sensor_name": "landing_sensor"})
+
+    def evaluate(run) -> dg.RunRequest | dg.SkipReason:
+        success = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS).records[0]
+        return project_after_ingest(dg.build_run_status_sensor_context(
+            sensor_name="project_after_ingest", dagster_event=success.event_log_entry.dagster_event,
+            dagster_instance=instance, dagster_run=run))
+
+    request = evaluate(ingest.dagster_run)
+    assert request.run_key == f"project-after-{ingest.run_id}" and request.tags == {NOW_TAG: T0.isoformat()}
+    project = defs.resolve_job_def("project_views").execute_in_process(
+        instance=instance, tags={**request.tags, "dagster/sensor_name": "project_after_ingest"})
+    assert {e.asset_key.to_user_string() for e in project.get_asset_materialization_events()} >= {"accounts"}
+    cli = defs.resolve_job_def("ingest_batch").execute_in_process(
+        instance=instance, partition_key="b1", tags={NOW_TAG: T0.isoformat(), CLI_HOME_TAG: str(home.root)})
+    assert isinstance(evaluate(cli.dagster_run), dg.SkipReason)  # `inorder run` projects in its own run

@@ -1,5 +1,8 @@
-"""A real browser against a real `dagster dev`: launch a materialisation of all assets from the UI,
-wait for it to succeed, and see the views' metadata and checks."""
+"""A real browser against a real `dagster dev` on a store seeded with trouble: a high handler-error
+rate, gaps that leave streams blocked, and a landing file no reader accepts. The landing sensor
+ingests the files; a materialisation of all assets is launched from the UI; the page must show the
+red error-rate check beside green ones, the failed partition of the rejected batch with its reason,
+and the blocked-streams table. Screenshots go to $INORDER_SCREENSHOTS (default .inorder/screenshots)."""
 
 from __future__ import annotations
 
@@ -55,10 +58,16 @@ def _up(url: str) -> bool:
         return False
 
 
+SCREENSHOTS = Path(os.environ.get("INORDER_SCREENSHOTS") or REPO / ".inorder" / "screenshots")
+BROKEN = "broken"  # the landing file `broken.parquet`, which is not Parquet
+
+
 @pytest.fixture
 def dagster_dev(tmp_path):
     home = Home(tmp_path / "home").ensure()
-    generate(home.landing, GeneratorConfig(events=400, streams=8, batches=2, seed=3))
+    # poison 15 %: the accounts' handler-error rate is far over its 5 % failure threshold
+    generate(home.landing, GeneratorConfig(events=400, streams=8, batches=2, gaps=0.05, poison=0.15, seed=3))
+    (home.landing / f"{BROKEN}.parquet").write_bytes(b"not parquet at all")
     env = {**os.environ, "INORDER_HOME": str(home.root), "DAGSTER_HOME": str(dagster_home(home)),
            "PYSPARK_PYTHON": sys.executable}
     port = free_port()
@@ -91,22 +100,28 @@ def dismiss_welcome_dialog(page) -> None:
     page.locator(".bp5-overlay-backdrop").first.wait_for(state="detached", timeout=15_000)
 
 
-def _views_materialized(instance: dg.DagsterInstance) -> bool:
+def _settled(instance: dg.DagsterInstance) -> bool:
+    """Every run finished, the UI's backfill among them, and the views materialised."""
     runs = instance.get_runs()
-    busy = [r for r in runs if not r.is_finished]
-    if busy or not runs:
-        return False
-    failed = [r for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
-    assert not failed, f"runs failed: {[(r.job_name, r.status) for r in failed]}"
-    event = instance.get_latest_materialization_event(dg.AssetKey("accounts"))
     backfills = instance.get_backfills()
-    return event is not None and backfills and all(b.status.value == "COMPLETED_SUCCESS" for b in backfills)
+    return (bool(runs) and all(r.is_finished for r in runs) and bool(backfills)
+            and all(b.status.value.startswith("COMPLETED") for b in backfills)
+            and instance.get_latest_materialization_event(dg.AssetKey("accounts")) is not None)
 
 
-def test_materialize_all_from_the_ui(dagster_dev, tmp_path):
-    from playwright.sync_api import sync_playwright
+def _check(instance: dg.DagsterInstance, view: str, name: str):
+    key = dg.AssetCheckKey(dg.AssetKey(view), name)
+    return instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+
+
+def test_the_ui_shows_what_is_wrong_and_where(dagster_dev):
+    from playwright.sync_api import expect, sync_playwright
 
     url, home_dir, home = dagster_dev
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    instance = dg.DagsterInstance.from_config(str(home_dir))
+    # the landing sensor ingests the three files: two runs succeed, the rejected one fails
+    wait_for(lambda: len([r for r in instance.get_runs() if r.is_finished]) >= 3, 420, "the sensor's runs", every=3)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -114,25 +129,47 @@ def test_materialize_all_from_the_ui(dagster_dev, tmp_path):
             page.goto(f"{url}/asset-groups", wait_until="networkidle")
             dismiss_welcome_dialog(page)
             for group in ("ingest", "views", "logs"):
-                assert page.get_by_text(group, exact=True).first.is_visible()
+                expect(page.get_by_text(group, exact=True).first).to_be_visible()
             page.get_by_role("button", name="Materialize all…").click()
             page.get_by_role("button", name="All", exact=True).click()
             page.get_by_role("button", name="Launch backfill").click()
-            page.screenshot(path=str(tmp_path / "launched.png"))
+            page.screenshot(path=str(SCREENSHOTS / "launched.png"))
+            wait_for(lambda: _settled(instance), 420, "the backfill to finish", every=3)
 
-            instance = dg.DagsterInstance.from_config(str(home_dir))
-            wait_for(lambda: _views_materialized(instance), 420, "the backfill to succeed", every=3)
+            # what failed is the rejected file's partition, and only that, with its reason
+            failed = [r for r in instance.get_runs() if r.status != dg.DagsterRunStatus.SUCCESS]
+            assert failed and {r.tags.get("dagster/partition") for r in failed} == {BROKEN}, \
+                [(r.job_name, r.status, r.tags.get("dagster/partition")) for r in failed]
+            page.goto(f"{url}/assets/event_batches?view=partitions", wait_until="networkidle")
+            expect(page.get_by_text(BROKEN, exact=True).first).to_be_visible(timeout=30_000)
+            page.screenshot(path=str(SCREENSHOTS / "event_batches-partitions.png"), full_page=True)
+            page.goto(f"{url}/runs/{failed[0].run_id}", wait_until="networkidle")
+            expect(page.get_by_text(f"batch {BROKEN} was rejected").first).to_be_visible(timeout=30_000)
+            page.screenshot(path=str(SCREENSHOTS / "rejected-run.png"), full_page=True)
 
+            # the view's metadata: this run's counts apart from the totals, and the blocked streams
             page.goto(f"{url}/assets/accounts", wait_until="networkidle")
-            for text in ("conserved", "run/applied", "total/pending", "total/blocked_streams", "newest_errors"):
-                page.get_by_text(text, exact=True).first.wait_for(timeout=30_000)
-            page.screenshot(path=str(tmp_path / "accounts.png"), full_page=True)
+            for text in ("conserved", "run/applied", "total/applied", "total/blocked_streams", "lag/entries",
+                         "blocked_streams", "newest_errors"):
+                expect(page.get_by_text(text, exact=True).first).to_be_visible(timeout=30_000)
+            expect(page.get_by_text("waiting for seq").first).to_be_visible()  # the blocked-streams table
+            page.screenshot(path=str(SCREENSHOTS / "accounts.png"), full_page=True)
+
+            # the checks: red where something is wrong, green where nothing is
             page.goto(f"{url}/assets/accounts?view=checks", wait_until="networkidle")
-            for check in ("conservation", "expectations", "watermarks_never_move_back"):
-                page.get_by_text(check, exact=True).first.wait_for(timeout=30_000)
-            page.screenshot(path=str(tmp_path / "accounts-checks.png"), full_page=True)
+            for check in ("handler_error_rate", "conservation", "expectations", "no_parked_streams"):
+                expect(page.get_by_text(check, exact=True).first).to_be_visible(timeout=30_000)
+            page.screenshot(path=str(SCREENSHOTS / "accounts-checks.png"), full_page=True)
+            (SCREENSHOTS / "accounts-checks.txt").write_text(page.inner_text("body"))
+            expect(page.get_by_text("Failed").first).to_be_visible()
+            expect(page.get_by_text("Passed").first).to_be_visible()
         finally:
             browser.close()
-    evaluations = [instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [dg.AssetCheckKey(dg.AssetKey("accounts"), name)]) for name in ("conservation", "expectations")]
-    assert all(evaluations)
+    red = _check(instance, "accounts", "handler_error_rate")
+    assert red.evaluation.passed is False and red.evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert red.evaluation.metadata["last_24_h/rate"].value > 0.05
+    for name in ("conservation", "watermarks_never_move_back", "no_parked_streams", "no_overdue_blocked_streams"):
+        assert _check(instance, "accounts", name).evaluation.passed, name
+    accounts = instance.get_latest_materialization_event(dg.AssetKey("accounts")).asset_materialization.metadata
+    assert accounts["total/blocked_streams"].value > 0 and "| waiting for seq |" in accounts["blocked_streams"].value
+    assert accounts["conserved"].value is True

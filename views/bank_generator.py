@@ -9,7 +9,9 @@ amounts, missing owners, bad dates, unparsable lines).
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -86,8 +88,19 @@ def _redelivered(rng: random.Random, line: str) -> str:
     return line
 
 
-def generate(out: Path, config: GeneratorConfig) -> list[Path]:
-    """Write `config.batches` JSON Lines files into `out`; returns their paths."""
+def batch_paths(out: Path, count: int, prefix: str = "batch-") -> list[Path]:
+    """`count` new batch files in `out`, `{prefix}00001.jsonl`… numbered on from the highest
+    `{prefix}<number>` file already there: generating again never overwrites a batch (nor gives new
+    content an old name, which the landing folder would set aside as a changed file)."""
+    if "/" in prefix or os.sep in prefix:
+        raise ValueError(f"batch file prefix {prefix!r} must not contain a path separator")
+    numbered = re.compile(rf"{re.escape(prefix)}(\d+)\.")
+    highest = max((int(m.group(1)) for p in out.iterdir() if (m := numbered.match(p.name))), default=0)
+    return [out / f"{prefix}{highest + n:05d}.jsonl" for n in range(1, count + 1)]
+
+
+def generate(out: Path, config: GeneratorConfig, prefix: str = "batch-") -> list[Path]:
+    """Write `config.batches` JSON Lines files into `out` (named by `batch_paths`); returns their paths."""
     rng = random.Random(config.seed)
     out.mkdir(parents=True, exist_ok=True)
     streams = max(1, min(config.streams, config.events))
@@ -117,10 +130,8 @@ def generate(out: Path, config: GeneratorConfig) -> list[Path]:
     lines = [line for _, line in keyed]
     batches = max(1, config.batches)
     size = -(-len(lines) // batches) if lines else 0
-    paths = []
-    for b in range(batches):
-        path = out / f"batch-{b + 1:05d}.jsonl"
+    paths = batch_paths(out, batches, prefix)
+    for b, path in enumerate(paths):
         chunk = lines[b * size:(b + 1) * size]
         path.write_text("".join(line + "\n" for line in chunk))
-        paths.append(path)
     return paths
