@@ -137,8 +137,7 @@ def _run_document(report: CliRun) -> dict:
         "views": views,
         "seconds": round(report.seconds, 3),
         "dagster_run_ids": report.run_ids,
-        "publish_error": next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
-                              None),
+        "publish_error": report.publish_error,
     }
 
 

@@ -53,6 +53,7 @@ class CliRun:
     resumed: bool = False  # it projected what an interrupted run had archived
     run_ids: list[str] = field(default_factory=list)
     projection: dict = field(default_factory=dict)  # per view metadata
+    publish_error: str | None = None  # PostgreSQL could not be brought to DuckDB's newest commit
     seconds: float = 0.0
 
 
@@ -153,5 +154,20 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure else "projection run failed")
     report.projection = {view.name: _metadata(result, view.name) for view in views}
+    report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
+                                None) or _publication_lag(home, views)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _publication_lag(home: Home, views) -> str | None:
+    """Why PostgreSQL (when it serves reads) does not show DuckDB's newest commit after the run, if it
+    does not: its error, or the views it is behind on (a run that materialised no view reports it too)."""
+    from pipelines.publish import read_positions
+
+    with Store.open_read_only(home) as store:
+        positions = read_positions(store.con, views)
+    if positions is None or isinstance(positions, str):
+        return positions
+    behind = [f"{p.view} ({p.behind} entries)" for p in positions if not p.current]
+    return f"PostgreSQL is behind DuckDB for {', '.join(behind)}" if behind else None

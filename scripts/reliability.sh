@@ -10,6 +10,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 status=0
-python -m tests.crash_sweep --seed "${SEED:-1}" --random "${RANDOM_KILLS:-10}" || status=1
+python -m tests.crash_sweep --seed "${SEED:-1}" --random "${RANDOM_KILLS:-10}" --postgres start || status=1
 python -m tests.soak --batches "${SOAK_BATCHES:-500}" --seed "${SEED:-1}" || status=1
 exit $status

@@ -89,8 +89,8 @@ NAMED = [
 # inside DuckDB: the projection's COMMIT (the tick run commits once) and the checkpoint on close
 INSIDE_DUCKDB = [("store.commit", 2, 1, us) for us in (0, 300, 1_000, 3_000, 10_000)] + \
                 [("store.close", 2, 2, us) for us in (0, 1_000, 5_000, 20_000)]
-QUICK = [Crash(0, "ingest.archive_in_place", 2), Crash(0, "dagster.ingested"), Crash(0, "apply.applied", 300),
-         Crash(2, "store.commit", 1, 1_000), Crash(1, "publish.staged", 2)]
+QUICK = [Crash(0, "ingest.archive_in_place", 2), Crash(0, "dagster.ingested"), Crash(2, "store.commit", 1, 1_000),
+         Crash(1, "publish.staged", 2)]
 
 
 @dataclass
@@ -316,9 +316,9 @@ class Sweep:
                        time.perf_counter() - started, difference)
 
 
-def full_plan(step_seconds: list[float], seed: int, random_kills: int) -> list[Crash]:
+def full_plan(step_seconds: list[float], seed: int, random_kills: int, publishing: bool) -> list[Crash]:
     rng = random.Random(seed)
-    plan = [Crash(step, point, nth) for point, step, nth in NAMED]
+    plan = [Crash(step, point, nth) for point, step, nth in NAMED if publishing or not point.startswith("publish.")]
     plan += [Crash(step, point, nth, delay) for point, step, nth, delay in INSIDE_DUCKDB]
     for _ in range(random_kills):
         step = rng.randrange(len(STEPS))
@@ -342,13 +342,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--random", type=int, default=10, help="random-moment kills (full sweep)")
     p.add_argument("--out", default=".inorder/crash-sweep")
-    p.add_argument("--postgres", metavar="DSN", help="publish every run to this PostgreSQL and compare it too")
+    p.add_argument("--postgres", metavar="DSN",
+                   help="publish every run to this PostgreSQL and compare it too ('start': a throwaway server)")
     args = p.parse_args(argv)
+    if args.postgres == "start":
+        from tests.postgres import PostgresServer
+
+        with PostgresServer() as server:
+            args.postgres = server.dsn
+            return sweep_main(args)
+    return sweep_main(args)
+
+
+def sweep_main(args: argparse.Namespace) -> int:
     sweep = Sweep(Path(args.out).resolve(), args.seed, args.postgres)
-    plan = QUICK if args.quick else None
+    publishing = bool(args.postgres)
+    plan = [c for c in QUICK if publishing or not c.point.startswith("publish.")] if args.quick else None
     sweep.prepare(runs=3 if args.quick else len(STEPS))
     print(f"reference: {len(STEPS)} runs in {', '.join(f'{s:.1f}' for s in sweep.step_seconds)} s", flush=True)
-    plan = plan or full_plan(sweep.step_seconds, args.seed, args.random)
+    plan = plan or full_plan(sweep.step_seconds, args.seed, args.random, publishing)
     outcomes = []
     for i, crash in enumerate(plan):
         outcomes.append(sweep.try_crash(crash, go_on=i % 4 == 0))

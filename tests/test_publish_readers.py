@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -101,7 +102,7 @@ def query_sample(env: dict, table: str, view: str) -> tuple[int, str]:
 def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see_where_it_stands(tmp_path, postgres):
     schema = f"r_{uuid.uuid4().hex[:10]}"
     home, staging = tmp_path / "home", tmp_path / "staging"
-    batches = generate(staging, GeneratorConfig(events=2000, streams=40, batches=4, disorder=0.2, duplicates=0.05,
+    batches = generate(staging, GeneratorConfig(events=2000, streams=40, batches=5, disorder=0.2, duplicates=0.05,
                                                 gaps=0.0, poison=0.01, seed=21))
     expected = {k: expected_after(batches[:k]) for k in range(1, len(batches) + 1)}
     env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views",
@@ -132,7 +133,7 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
             table, view = names[i % len(names)]
             query_samples.append((table, *query_sample(env, table, view)))
             i += 1
-            time.sleep(0.3)  # a script polling, not a second load on a 2-core machine
+            time.sleep(1.0)  # a script polling, not a second load on a 2-core machine
 
     querying = threading.Thread(target=query_loop)
     querying.start()
@@ -196,7 +197,7 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
                 assert digest(rows) == expected[4][name], name
 
     # PostgreSQL unreachable: the run commits to DuckDB, then fails with one line saying so
-    down = inorder_run(5, INORDER_SERVE_POSTGRES=postgres.replace("port=", "port=1"))
+    down = inorder_run(5, INORDER_SERVE_POSTGRES=re.sub(r"port=\d+", "port=1", postgres))
     assert down.returncode == 1
     assert down.stderr.strip().splitlines()[-1].startswith(
         "inorder: error: publishing to PostgreSQL failed: cannot connect to PostgreSQL"), down.stderr
