@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from scripts.cluster import QUICK_JVM
+
+pytestmark = pytest.mark.long  # scripts/reliability.sh runs it; CI's budget does not hold it
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("bulk", "floor", "duckdb_peer", "prior_art", "incremental", "tick", "scaling")
