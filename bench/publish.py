@@ -214,13 +214,6 @@ def instrumented(steps: Steps) -> Iterator[None]:
             exiting = time.perf_counter()
         steps.add("pg COMMIT (transaction exit)", time.perf_counter() - exiting)
 
-    def connect(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return originals["connect"](*args, **kwargs)
-        finally:
-            steps.add("pg connect", time.perf_counter() - started)
-
     def chunks(cursor):
         while True:
             started = time.perf_counter()
@@ -248,26 +241,21 @@ def instrumented(steps: Steps) -> Iterator[None]:
         finally:
             steps.add(f"table {table.name} ({table.kind}, {mode}) total", time.perf_counter() - started)
 
-    def prepare(self, view, recreate):
-        started = time.perf_counter()
-        try:
-            return originals["prepare"](self, view, recreate)
-        finally:
-            steps.add("_prepare_view (catalog checks)", time.perf_counter() - started)
 
-    def before(con, view, entry_idx):
-        started = time.perf_counter()
-        try:
-            return originals["before"](con, view, entry_idx)
-        finally:
-            steps.add("duckdb _entry_before", time.perf_counter() - started)
+    def timed(key: str, label: str):
+        """The original behind `key`, its time added to `label`."""
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return originals[key](*args, **kwargs)
+            finally:
+                steps.add(label, time.perf_counter() - started)
+        return wrapper
 
-    def positions(con, views):
-        started = time.perf_counter()
-        try:
-            return originals["positions"](con, views)
-        finally:
-            steps.add("duckdb committed_positions", time.perf_counter() - started)
+    connect = timed("connect", "pg connect")
+    prepare = timed("prepare", "_prepare_view (catalog checks)")
+    before = timed("before", "duckdb _entry_before")
+    positions = timed("positions", "duckdb committed_positions")
 
     patches = [(psycopg.Connection, "execute", execute), (psycopg.Connection, "transaction", transaction),
                (psycopg, "connect", connect), (pub, "_chunks", chunks),
