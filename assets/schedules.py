@@ -6,6 +6,7 @@ import dagster as dg
 
 from assets.jobs import project_job
 from assets.partitions import TICK_TAG, tick_selection
+from assets.sensors import STORE_WAIT_SECONDS
 from pipelines.project import views_with_due_buffers
 from pipelines.registry import load_views
 from pipelines.store import Store, StoreBusy, us_from_utc
@@ -26,7 +27,7 @@ def tick_schedule(context: dg.ScheduleEvaluationContext, read_store: ReadStoreRe
     if not home.database.exists():
         return dg.SkipReason(f"no read store at {home.database} yet")
     now = context.scheduled_execution_time or datetime.now(timezone.utc)
-    home.file_wait_seconds = min(home.file_wait_seconds, 10.0)
+    home.file_wait_seconds = min(home.file_wait_seconds, STORE_WAIT_SECONDS)
     try:
         with Store.open_read_only(home) as store:
             due = views_with_due_buffers(store.con, ALL_VIEWS, us_from_utc(now))

@@ -14,7 +14,7 @@ from pipelines.ingest import new_landing_files
 from pipelines.store import ENGINE_DDL, Home, Store, StoreBusy
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
-STORE_WAIT_SECONDS = 10.0  # a sensor evaluation has 60 s: a store held longer is looked at next time
+STORE_WAIT_SECONDS = 10.0  # a sensor or schedule evaluation has 60 s: a store held longer is looked at next time
 
 
 @contextmanager
