@@ -36,12 +36,15 @@ class Verdict(NamedTuple):
     description: str
 
 
+# a view's ledger rows of its last run (parameters: the view twice): a pass writes its rows with one commit time
+LAST_RUN = "view = ? AND committed_at = (SELECT max(committed_at) FROM inorder.batches WHERE view = ?)"
+
+
 def recent_windows(con: duckdb.DuckDBPyConnection, view: str) -> list[Window]:
     """The view's last run (the entries of its newest commit: a pass writes its ledger rows with one
     commit time) and the last 24 h of logical time before its newest entry."""
     sums = "count(*), coalesce(sum(selected), 0), coalesce(sum(handler_error), 0), coalesce(sum(late), 0)"
-    last = con.execute(f"SELECT {sums} FROM inorder.batches WHERE view = ? AND committed_at = "
-                       "(SELECT max(committed_at) FROM inorder.batches WHERE view = ?)", [view, view]).fetchone()
+    last = con.execute(f"SELECT {sums} FROM inorder.batches WHERE {LAST_RUN}", [view, view]).fetchone()
     day = con.execute(f"SELECT {sums} FROM inorder.batches WHERE view = ? AND received_at > "
                       "(SELECT max(received_at) FROM inorder.batches WHERE view = ?) - ?::INTERVAL",
                       [view, view, DAY]).fetchone()
@@ -136,8 +139,7 @@ def _event_time_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> f
     """From the batches of the view's last run: the newest occurred_at among the messages its walked
     streams ended on (each stream's message at last_seq), against the run's logical time."""
     last_run = con.execute(
-        "SELECT entry_idx, kind, received_at FROM inorder.batches WHERE view = ? AND committed_at = "
-        "(SELECT max(committed_at) FROM inorder.batches WHERE view = ?)", [view.name, view.name]).fetchall()
+        f"SELECT entry_idx, kind, received_at FROM inorder.batches WHERE {LAST_RUN}", [view.name, view.name]).fetchall()
     files = [str(archive_path(home, e)) for e, kind, _ in last_run if kind == "batch"
              and archive_path(home, e).exists()]
     if not files:
