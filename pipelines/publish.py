@@ -131,7 +131,7 @@ class Publisher:
         except psycopg.Error as exc:
             raise PublishError(f"cannot connect to PostgreSQL (INORDER_SERVE_POSTGRES): "
                                f"{' '.join(str(exc).split())}") from None
-        self._ready: set[str] = set()
+        self._published_ready = False  # inorder_published exists (checked once per connection)
         self._views_ready: set[str] = set()
         self.refused: dict[str, str] = {}  # view -> why it was not published (TableMismatch)
 
@@ -147,14 +147,14 @@ class Publisher:
     # -- schema ---------------------------------------------------------------------------------------
 
     def _create_published(self) -> None:
-        if PUBLISHED_TABLE in self._ready:
+        if self._published_ready:
             return
         with self.pg.transaction():
             self.pg.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.target.schema}"')
             self.pg.execute(f"CREATE TABLE IF NOT EXISTS {self.target.qualified(PUBLISHED_TABLE)} ("
                             "view text PRIMARY KEY, entry_idx bigint NOT NULL, batch_id text, "
                             "published_at timestamptz NOT NULL)")
-        self._ready.add(PUBLISHED_TABLE)
+        self._published_ready = True
 
     def _table_ddl(self, table: Table) -> list[str]:
         cols = ", ".join(f'"{c}" {pg_type(t)}' + (" NOT NULL" if c in table.key_set else "")
