@@ -1,25 +1,27 @@
-"""`event_batches`: materialising a partition inspects and archives that batch file (idempotent)."""
+"""`event_batches`: materialising a partition inspects and archives that batch file (idempotent).
+
+One run may materialise a range of partitions (the landing sensor and `inorder run` ask for one run
+per set of new files; so does a backfill): each batch still gets its own materialisation and metadata."""
+
+import warnings
 
 import dagster as dg
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from assets.partitions import BATCHES, STORE_POOL, run_time
-from pipelines.ingest import archive_path
+from pipelines.faults import crash_point
+from pipelines.ingest import IngestResult, archive_path
 from pipelines.registry import load_views
 from pipelines.run import ingest_batch
+from pipelines.store import Home
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
 ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
+REJECTED_BATCHES = "rejected_batches"  # the Failure's metadata: each rejected batch's own metadata (JSON)
 
 
-@dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},
-          description="A landing batch, normalised and archived as Parquet (entry of the ingest log). "
-                      "A file that cannot be read fails its partition, with the reason.")
-def event_batches(context: dg.AssetExecutionContext, read_store: ReadStoreResource,
-                  folders: FoldersResource) -> dg.MaterializeResult:
-    home = inorder_home(read_store, folders)
-    result = ingest_batch(home, ALL_VIEWS, context.partition_key, run_time(context))
+def batch_metadata(home: Home, result: IngestResult) -> dict:
     metadata = {
         "status": dg.MetadataValue.text(result.status),
         "entry_idx": dg.MetadataValue.int(result.entry_idx),
@@ -28,14 +30,46 @@ def event_batches(context: dg.AssetExecutionContext, read_store: ReadStoreResour
         "bytes": dg.MetadataValue.int(result.bytes),
         "already_ingested": dg.MetadataValue.bool(result.already_ingested),
     }
-    if result.status == "rejected":  # the partition shows as failed, with its reason, never as a green batch
+    if result.status == "rejected":
         metadata["rejected_reason"] = dg.MetadataValue.text(result.reason or "")
-        raise dg.Failure(description=f"batch {context.partition_key} was rejected: {result.reason}",
-                         metadata=metadata, allow_retries=False)
-    else:
-        messages = pq.read_table(archive_path(home, result.entry_idx), columns=["stream_id", "seq"])
-        metadata["streams"] = dg.MetadataValue.int(len(pc.unique(messages["stream_id"])))
-        if messages.num_rows:
-            low, high = pc.min_max(messages["seq"]).values()
-            metadata["seq_range"] = dg.MetadataValue.text(f"{low.as_py()}..{high.as_py()}")
-    return dg.MaterializeResult(metadata=metadata)
+        return metadata
+    messages = pq.read_table(archive_path(home, result.entry_idx), columns=["stream_id", "seq"])
+    metadata["streams"] = dg.MetadataValue.int(len(pc.unique(messages["stream_id"])))
+    if messages.num_rows:
+        low, high = pc.min_max(messages["seq"]).values()
+        metadata["seq_range"] = dg.MetadataValue.text(f"{low.as_py()}..{high.as_py()}")
+    return metadata
+
+
+with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinned): not the users' concern
+    warnings.simplefilter("ignore", dg.BetaWarning)
+
+    @dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},
+              backfill_policy=dg.BackfillPolicy.single_run(),
+              description="A landing batch, normalised and archived as Parquet (entry of the ingest log). "
+                          "A file that cannot be read fails its partition, with the reason.")
+    def event_batches(context: dg.AssetExecutionContext, read_store: ReadStoreResource,
+                      folders: FoldersResource) -> None:
+        home = inorder_home(read_store, folders)
+        archived, rejected = {}, {}
+        keys = context.partition_keys  # in the order the partitions were added: file-name order per set
+        for i, key in enumerate(keys, start=1):
+            result = ingest_batch(home, ALL_VIEWS, key, run_time(context))
+            (rejected if result.status == "rejected" else archived)[key] = batch_metadata(home, result)
+            context.log.info(f"ingest {i}/{len(keys)} {key}: {result.status}, {result.records} records, "
+                             f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
+        crash_point("dagster.ingested")  # every batch of the run archived or rejected, none projected yet
+        if not rejected:
+            for key, metadata in archived.items():
+                context.add_asset_metadata(metadata, partition_key=key)
+            return
+        # a rejected file fails its partition, never shows as a green batch: the step fails, and only the
+        # batches it archived are materialised (the failure marks the others of the run failed)
+        for key, metadata in archived.items():
+            context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
+        reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
+        raise dg.Failure(description=reasons, allow_retries=False, metadata={
+            REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}
+                                                     for key, m in rejected.items()}),
+            **(next(iter(rejected.values())) if len(rejected) == 1 else {}),
+        })

@@ -13,11 +13,17 @@ ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 PROJECTION = dg.AssetSelection.assets(projections)  # the views, and the error and gap logs
 
-# Ingesting is a run of its own: a rejected file fails only its run (and its partition), never the
-# views' checks; `project_after_ingest` (assets/sensors.py) projects after each successful one.
+# New landing files are ingested and projected in one run (the landing sensor's and `inorder run`'s):
+# a rejected file fails that run and its own partition, never the views' checks, and
+# `project_after_rejection` (assets/sensors.py) projects what the run archived.
+ingest_and_project_job = dg.define_asset_job(
+    "ingest_and_project", selection=dg.AssetSelection.assets(event_batches) | PROJECTION, tags=STORE_TAGS,
+    description="Ingest new landing batches (a range of event_batches partitions), then project every view")
+
+# Ingesting alone (a backfill of event_batches, or by hand): `project_after_ingest` projects after each success.
 ingest_job = dg.define_asset_job(
     "ingest_batch", selection=dg.AssetSelection.assets(event_batches),
-    tags=STORE_TAGS, description="Ingest one landing batch (a partition of event_batches)")
+    tags=STORE_TAGS, description="Ingest landing batches (partitions of event_batches) without projecting")
 
 project_job = dg.define_asset_job(
     "project_views", selection=PROJECTION, tags=STORE_TAGS,

@@ -5,11 +5,12 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 
 from assets.jobs import project_job
-from assets.partitions import TICK_TAG, tick_selection
+from assets.partitions import run_target
 from assets.sensors import STORE_WAIT_SECONDS
-from pipelines.project import views_with_due_buffers
+from pipelines.ingest import LogicalTimeError
 from pipelines.registry import load_views
-from pipelines.store import Store, StoreBusy, us_from_utc
+from pipelines.run import plan_run
+from pipelines.store import Store, StoreBusy
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
 ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
@@ -30,10 +31,14 @@ def tick_schedule(context: dg.ScheduleEvaluationContext, read_store: ReadStoreRe
     home.file_wait_seconds = min(home.file_wait_seconds, STORE_WAIT_SECONDS)
     try:
         with Store.open_read_only(home) as store:
-            due = views_with_due_buffers(store.con, ALL_VIEWS, us_from_utc(now))
-            newest = store.last_logical_time_us()
+            plan = plan_run(store, home, ALL_VIEWS, now, min_idle_seconds=TICK_INTERVAL.total_seconds())
     except StoreBusy as busy:
         return dg.SkipReason(f"the read store is busy ({busy}); the next tick looks again")
-    if due or newest is None or us_from_utc(now) - newest > TICK_INTERVAL.total_seconds() * 1e6:
-        return dg.RunRequest(tags={TICK_TAG: "true"}, asset_selection=tick_selection(due))
+    except LogicalTimeError as behind:  # runs with a later --now recorded logical time ahead of the clock
+        return dg.SkipReason(str(behind))
+    if plan.landing:
+        return dg.SkipReason("new landing files: the landing sensor's run ingests and projects them")
+    if plan.tick or plan.resumed:  # resumed: an interrupted run archived batches it did not project
+        target = run_target(plan, [])
+        return dg.RunRequest(tags=target.tags, asset_selection=target.asset_selection)
     return dg.SkipReason("no gap timer is due, and the newest entry is younger than the tick interval")

@@ -1,19 +1,25 @@
-"""The landing sensor: a new batch file → a dynamic partition and a run to ingest it; after each
-successful ingest run, a run that projects it."""
+"""The landing sensor: new batch files → dynamic partitions and one run that ingests and projects
+them; after an ingest-only run, or one a rejected file failed before it projected, a projection run."""
 
 import json
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Iterator
 
 import dagster as dg
 import duckdb
 
-from assets.jobs import ingest_job, project_job
-from assets.partitions import BATCHES, CLI_HOME_TAG, NOW_TAG
-from pipelines.ingest import new_landing_files
+from assets.ingest import event_batches
+from assets.jobs import ingest_and_project_job, ingest_job, project_job
+from assets.partitions import BATCHES, CLI_HOME_TAG, NOW_TAG, run_target
+from pipelines.registry import load_views
+from pipelines.run import plan_run
 from pipelines.store import ENGINE_DDL, Home, Store, StoreBusy
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
+ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
+# a landed file waits at most this long for the sensor: the daemon looks about as often (freshness, issue 13)
+LANDING_INTERVAL_SECONDS = 1
 STORE_WAIT_SECONDS = 10.0  # a sensor or schedule evaluation has 60 s: a store held longer is looked at next time
 
 
@@ -31,49 +37,67 @@ def _ingest_log(home: Home) -> Iterator[Store]:
         yield store
 
 
-@dg.sensor(job=ingest_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
+@dg.sensor(jobs=[ingest_and_project_job], minimum_interval_seconds=LANDING_INTERVAL_SECONDS,
+           default_status=dg.DefaultSensorStatus.RUNNING,
            description="Adds a partition of event_batches per landing file the ingest log does not hold yet "
-                       "(or a changed file's new content) and requests its run")
+                       "(or a changed file's new content) and requests one run that ingests and projects them")
 def landing_sensor(context: dg.SensorEvaluationContext, read_store: ReadStoreResource,
                    folders: FoldersResource) -> dg.SensorResult | dg.SkipReason:
-    """What is new is what `inorder run` would ingest (`pipelines.ingest.new_landing_files`, read from the
-    ingest log): a file already ingested, by the CLI or by an earlier run, never starts a run; a file
-    whose stem another file claimed gets its whole name as key (ingested as a visible clash, never
-    skipped); a changed file gets `name@hash` (set aside as a rejected batch). The cursor keeps the
-    keys requested but not yet in the ingest log, with the file's size and mtime, so a queued run is
-    not requested again; the run_key is the partition key, so even a lost cursor never launches a
-    batch twice."""
+    """What is new is what `inorder run` would ingest (`pipelines.run.plan_run`, read from the ingest
+    log): a file already ingested, by the CLI or by an earlier run, never starts a run; a file whose
+    stem another file claimed gets its whole name as key (ingested as a visible clash, never skipped);
+    a changed file gets `name@hash` (set aside as a rejected batch). The cursor keeps the keys
+    requested but not yet in the ingest log, with the file's size and mtime, so a queued run is not
+    requested again; the run_key names the run's partitions, so even a lost cursor never launches the
+    same batches twice."""
     requested = json.loads(context.cursor) if context.cursor else {}
     home = inorder_home(read_store, folders)
     try:
         with _ingest_log(home) as store:
-            new = new_landing_files(store, home)
+            plan = plan_run(store, home, ALL_VIEWS)
     except StoreBusy as busy:
         return dg.SkipReason(f"the read store is busy ({busy}); the next evaluation looks again")
-    waiting, keys = {}, []
-    for landing in new:
+    waiting, fresh = {}, []
+    for landing in plan.landing:
         try:
             stat = landing.path.stat()
         except OSError:
             continue  # gone since it was listed: the next evaluation looks again
         now = [landing.path.name, stat.st_size, stat.st_mtime_ns]
         if requested.get(landing.batch_id) != now:
-            keys.append(landing.batch_id)
+            fresh.append(landing)
         waiting[landing.batch_id] = now
-    existing = set(context.instance.get_dynamic_partitions(BATCHES.name))
+    cursor = json.dumps(dict(sorted(waiting.items())))
+    if not fresh:
+        return dg.SensorResult(cursor=cursor)
+    target = run_target(replace(plan, landing=tuple(fresh)), context.instance.get_dynamic_partitions(BATCHES.name))
+    keys = [f.batch_id for f in fresh]
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=key, run_key=key) for key in keys],
-        dynamic_partitions_requests=[BATCHES.build_add_request([k for k in keys if k not in existing])] if keys else [],
-        cursor=json.dumps(dict(sorted(waiting.items()))),
+        run_requests=[dg.RunRequest(run_key=",".join(keys), tags=target.tags)],
+        dynamic_partitions_requests=[BATCHES.build_add_request(target.new_partitions)] if target.new_partitions else [],
+        cursor=cursor,
     )
 
 
 @dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_job], request_job=project_job,
                       minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
-                      description="Projects what each successful ingest_batch run archived (every view; only the "
-                                  "views it changes are materialised)")
+                      description="Projects what each successful ingest_batch run (a backfill of event_batches) "
+                                  "archived (every view; only the views it changes are materialised)")
 def project_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
-    run = context.dagster_run
+    return _projection_after(context.dagster_run)
+
+
+@dg.run_failure_sensor(monitored_jobs=[ingest_and_project_job], request_job=project_job,
+                       minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
+                       description="Projects what an ingest_and_project run archived when a rejected file failed "
+                                   "it before its projection step")
+def project_after_rejection(context: dg.RunFailureSensorContext) -> dg.RunRequest | dg.SkipReason:
+    if not any(e.step_key == event_batches.key.to_python_identifier() for e in context.get_step_failure_events()):
+        return dg.SkipReason("the run failed after ingesting: projecting again would fail the same way")
+    return _projection_after(context.dagster_run)
+
+
+def _projection_after(run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
     if CLI_HOME_TAG in run.tags:
         return dg.SkipReason("`inorder run` projects in its own run")
     now = {NOW_TAG: run.tags[NOW_TAG]} if NOW_TAG in run.tags else {}

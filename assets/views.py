@@ -9,7 +9,7 @@ from assets.partitions import STORE_POOL, TICK_TAG, run_time
 from pipelines.health import view_lag
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
-from pipelines.run import project_views
+from pipelines.run import ProjectionStats, project_views
 from pipelines.status import blocked_streams, blocked_streams_markdown, newest_errors, read_status
 from pipelines.store import OUTCOME_COLUMNS, Home, Store
 from pipelines.view import View
@@ -76,6 +76,13 @@ def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], 
     return metadata
 
 
+def timing_metadata(stats: ProjectionStats) -> dict:
+    """Where the projection step's time went (the same for every view the step materialised together)."""
+    return {f"run/{name}_seconds": dg.MetadataValue.float(round(seconds, 3)) for name, seconds in (
+        ("spark_start", stats.spark_start_seconds), ("pass", stats.spark_seconds),
+        ("commit", stats.commit_seconds), ("publish", stats.publish_seconds))}
+
+
 def publication_metadata(position: Position | str | None, error: str | None) -> dict:
     """Where the view's PostgreSQL side stands (nothing when publishing is not configured)."""
     if position is None:
@@ -120,7 +127,7 @@ def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_st
                 asset_key=view.name,
                 metadata={**view_metadata(store, home, view, stats.by_view.get(view.name, {}),
                                           stats.streams_touched.get(view.name, 0)),
-                          **publication_metadata(position, stats.publish_error)})
+                          **timing_metadata(stats), **publication_metadata(position, stats.publish_error)})
         for key, metadata in LOG_METADATA.items():
             if dg.AssetKey(key) in context.selected_asset_keys and not (tick and not stats.streams_touched):
                 yield dg.MaterializeResult(asset_key=key, metadata=metadata(store))

@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import run_through_dagster
 
     _views()
-    run = _run_document(run_through_dagster(_home(), args.now, say))
+    run = _run_document(run_through_dagster(_home(), args.now))
     if args.json:
         _print_json(run)
     else:

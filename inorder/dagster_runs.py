@@ -6,19 +6,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import dagster as dg
 
 from assets.partitions import CLI_HOME_TAG
-from pipelines.faults import crash_point
-from pipelines.ingest import check_logical_time, new_landing_files, tick_due
-from pipelines.project import plan_passes, views_with_due_buffers
 from inorder.terminal import PROGRESS_LOGGER
 from pipelines.spark import debugging
-from pipelines.store import Home, Store, take_lock, us_from_utc
+from pipelines.store import Home, Store, take_lock
 
 INSTANCE_YAML = """\
 # written by inorder: runs that write the read store never overlap
@@ -62,23 +58,33 @@ def _run_config() -> dict:
     return {"loggers": {"console": {"config": {"log_level": "INFO"}}} if debugging() else {PROGRESS_LOGGER: {}}}
 
 
-def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        materialization = event.step_materialization_data.materialization
+def _materializations(instance: dg.DagsterInstance, run_id: str, key: str) -> dict[str | None, dict]:
+    """The metadata of each materialisation of asset `key` in the run, by partition (None: unpartitioned).
+    Read from the instance: a step that failed (a rejected batch) leaves its batches' materialisations
+    in the event log, not in the in-process result."""
+    found = {}
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = entry.dagster_event.step_materialization_data.materialization
         if materialization.asset_key == dg.AssetKey(key):
-            return {k: v.value for k, v in materialization.metadata.items()}
-    return {}
+            found[materialization.partition] = {k: v.value for k, v in materialization.metadata.items()}
+    return found
 
 
-def _rejected(result: dg.ExecuteInProcessResult) -> dict:
-    """The metadata of a batch whose partition failed because the file was rejected (assets/ingest.py);
-    any other failure of the ingest run fails `inorder run` with its message."""
-    failure = next((e for e in result.all_events if e.is_step_failure), None)
+def _step_failure(result: dg.ExecuteInProcessResult):
+    return next((e for e in result.all_events if e.is_step_failure), None)
+
+
+def _rejected(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
+    """The metadata of each batch the ingest step rejected (assets/ingest.py fails the step for them);
+    any other failure of the run fails `inorder run` with its message."""
+    from assets.ingest import REJECTED_BATCHES
+
+    failure = _step_failure(result)
     data = failure.step_failure_data.user_failure_data if failure else None
-    if data is None or "status" not in data.metadata:
+    if data is None or REJECTED_BATCHES not in data.metadata:
         error = failure.step_failure_data.error if failure else None
-        raise RuntimeError(error.message.strip() if error else "ingest run failed")
-    return {k: v.value for k, v in data.metadata.items()}
+        raise RuntimeError(error.message.strip() if error else "run failed")
+    return data.metadata[REJECTED_BATCHES].value
 
 
 def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:
@@ -92,9 +98,10 @@ def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:
                                         "a later `inorder run` finished its work")
 
 
-def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[str], None]) -> CliRun:
-    """Ingest each new landing file as a partition of `event_batches` (file-name order), then project
-    every view once (with a tick when nothing was new). Each is a Dagster run on the instance."""
+def run_through_dagster(home: Home, now: datetime | None) -> CliRun:
+    """What `plan_run` decides, as one Dagster run on the instance (`run_target`): new landing files are
+    ingested as partitions of `event_batches` and projected in the same run; with nothing new, a tick
+    or a projection. A rejected file adds a second run, which projects what the first archived."""
     started = time.perf_counter()
     home.ensure()
     # one `inorder run` at a time per home, for its whole length (the store lock is per Dagster step);
@@ -102,16 +109,16 @@ def run_through_dagster(home: Home, now: datetime | None, progress: Callable[[st
     run_lock = take_lock(home.root / "run.lock", 0, f"another `inorder run` is in progress on {home.root}; "
                                                    "try again when it ends")
     try:
-        return _run_through_dagster(home, now, progress, started)
+        return _run_through_dagster(home, now, started)
     finally:
         os.close(run_lock)
 
 
-def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[str], None],
-                         started: float) -> CliRun:
-    from assets.partitions import BATCHES, NOW_TAG, TICK_TAG, tick_selection
+def _run_through_dagster(home: Home, now: datetime | None, started: float) -> CliRun:
+    from assets.partitions import BATCHES, INGEST_AND_PROJECT, NOW_TAG, PROJECT, TICK_TAG, run_target
     from inorder.definitions import defs
     from pipelines.registry import load_views
+    from pipelines.run import plan_run
 
     views = load_views()
     os.environ["INORDER_HOME"] = str(home.root)
@@ -119,41 +126,33 @@ def _run_through_dagster(home: Home, now: datetime | None, progress: Callable[[s
     tags = {CLI_HOME_TAG: str(home.root), **({NOW_TAG: now.isoformat()} if now else {})}
     _fail_orphaned_runs(instance, home)
     with Store.open(home, views) as store:
-        new = [f.batch_id for f in new_landing_files(store, home)]
-        # archived entries an earlier run did not project (a tick projects only the views it concerns:
-        # its entry waits for the others' next projection, and does not count)
-        interrupted = any(e["kind"] != "tick" for plan in plan_passes(store, views) for e in plan.entries)
-        if now is not None:
-            check_logical_time(store, us_from_utc(now))
-        # finishing an interrupted run is not a tick, nor is a time already recorded
-        tick = not new and not interrupted and (now is None or tick_due(store, us_from_utc(now)))
-        # a tick projects the views with a gap timer due, as the tick schedule does
-        due = views_with_due_buffers(store.con, views, us_from_utc(now) if now else max(
-            us_from_utc(datetime.now(timezone.utc)), store.last_logical_time_us() or 0)) if tick else []
-    existing = set(instance.get_dynamic_partitions(BATCHES.name))
-    instance.add_dynamic_partitions(BATCHES.name, [b for b in new if b not in existing])
-    report = CliRun()
+        plan = plan_run(store, home, views, now)
+    target = run_target(plan, instance.get_dynamic_partitions(BATCHES.name))
+    instance.add_dynamic_partitions(BATCHES.name, target.new_partitions)
+    report = CliRun(ticked=plan.tick, resumed=plan.resumed)
     run_config = _run_config()
-    ingest = defs.resolve_job_def("ingest_batch")
-    for i, batch_id in enumerate(new, start=1):
-        result = ingest.execute_in_process(instance=instance, partition_key=batch_id, tags=tags, run_config=run_config,
-                                           asset_selection=[dg.AssetKey("event_batches")], raise_on_error=False)
-        metadata = _metadata(result, "event_batches") if result.success else _rejected(result)
-        report.ingested.append({"batch_id": batch_id, **metadata})
+
+    def execute(job: str, job_tags: dict, selection) -> dg.ExecuteInProcessResult:
+        result = defs.resolve_job_def(job).execute_in_process(
+            instance=instance, tags={**tags, **job_tags}, run_config=run_config, asset_selection=selection,
+            raise_on_error=False)
         report.run_ids.append(result.run_id)
-        progress(f"ingest {i}/{len(new)} {batch_id}: {metadata.get('status')}, {metadata.get('records')} records, "
-                 f"{metadata.get('malformed')} malformed"
-                 + (f" ({metadata['rejected_reason']})" if metadata.get("rejected_reason") else ""))
-    crash_point("dagster.ingested")  # every new batch archived, none projected yet
-    report.ticked, report.resumed = tick, interrupted
-    result = defs.resolve_job_def("project_views").execute_in_process(
-        instance=instance, tags={**tags, TICK_TAG: "true" if report.ticked else "false"}, run_config=run_config,
-        asset_selection=tick_selection(due) if tick else None, raise_on_error=False)
-    report.run_ids.append(result.run_id)
+        return result
+
+    result = execute(target.job, target.tags, target.asset_selection)
+    if target.job == INGEST_AND_PROJECT:
+        # one run ingests the new batches and projects them; a rejected file fails the run (and its
+        # partition) before the projection, so a second run projects what the first archived
+        archived = _materializations(instance, result.run_id, "event_batches")
+        rejected = {} if result.success else _rejected(result)
+        report.ingested = [{"batch_id": b, **(archived.get(b) or rejected.get(b) or {})} for b in plan.batches]
+        if rejected:
+            result = execute(PROJECT, {TICK_TAG: "false"}, None)
     if not result.success:
-        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        failure = _step_failure(result)
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure else "projection run failed")
-    report.projection = {view.name: _metadata(result, view.name) for view in views}
+    report.projection = {view.name: _materializations(instance, result.run_id, view.name).get(None, {})
+                         for view in views}
     report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
                                 None) or _publication_lag(home, views)
     report.seconds = time.perf_counter() - started

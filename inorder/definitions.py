@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import ALL_ASSETS, ALL_CHECKS, ALL_JOBS, landing_sensor, project_after_ingest, tick_schedule
+from assets import ALL_ASSETS, ALL_CHECKS, ALL_JOBS, ALL_SENSORS, tick_schedule
 from inorder.terminal import PROGRESS_LOGGER, progress_logger
 from resources import RESOURCES
 
@@ -13,7 +13,7 @@ defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
     jobs=ALL_JOBS,
-    sensors=[landing_sensor, project_after_ingest],
+    sensors=ALL_SENSORS,
     schedules=[tick_schedule],
     resources=RESOURCES,
     executor=dg.in_process_executor,

@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 
 from pipelines.commit import commit_pass, pass_output
 from pipelines.faults import crash_point
-from pipelines.ingest import (IngestResult, check_logical_time, files_for_batch, ingest_landing, new_landing_files,
-                              record_entry, tick_due)
+from pipelines.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
+                              new_landing_files, record_entry, tick_due)
 from pipelines.inspect import SourceMapping
-from pipelines.project import PassResult, pass_folder, plan_passes, run_pass
+from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark import stage_progress
 from pipelines.store import Home, Store, us_from_utc
@@ -41,6 +41,7 @@ class ProjectionStats:
     handler_calls: int = 0
     walk_seconds: float = 0.0  # time inside the ordering walk and handlers, summed over executors
     walk_cpu_seconds: float = 0.0  # the same walks' CPU time
+    spark_start_seconds: float = 0.0  # getting the session: a JVM start, or a warm server's session
     spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, write out)
     commit_seconds: float = 0.0
     by_view: dict[str, dict[str, int]] = field(default_factory=dict)  # outcome counts of this projection
@@ -76,6 +77,39 @@ class RunReport:
     projection: ProjectionStats = field(default_factory=ProjectionStats)
     ingest_seconds: float = 0.0
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run does, decided in one place for `inorder run`, the engine's `run`, and Dagster's
+    landing sensor and tick schedule."""
+
+    landing: tuple[LandingFile, ...]  # new landing files, in the order they are ingested
+    resumed: bool  # archived batches an earlier, interrupted run did not project
+    tick: bool  # nothing new: record a tick at `t_us`, so gap timers fire
+    due_views: tuple[str, ...]  # with a tick: the views with a buffered stream it walks
+    t_us: int  # the run's logical time (a batch ingested later in the run takes its own wall-clock time)
+
+    @property
+    def batches(self) -> tuple[str, ...]:
+        return tuple(f.batch_id for f in self.landing)
+
+
+def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | None = None,
+             min_idle_seconds: float = 0.0) -> RunPlan:
+    """Ingest what is new; with nothing new, finish what an interrupted run archived; else tick, when
+    logical time moved and either a gap timer is due or nothing was recorded for `min_idle_seconds`
+    (the tick schedule's interval; `inorder run` ticks whenever time moved). A tick projects only the
+    views with a timer due; its entry waits for the others' next projection and resumes nothing."""
+    landing = tuple(new_landing_files(store, home))
+    resumed = any(e["kind"] != "tick" for plan in plan_passes(store, views) for e in plan.entries)
+    t_us = _logical_now(store, now)
+    last = store.last_logical_time_us()
+    tick, due = False, ()
+    if not landing and not resumed and tick_due(store, t_us):
+        due = tuple(views_with_due_buffers(store.con, views, t_us))
+        tick = bool(due) or last is None or t_us - last >= min_idle_seconds * 1e6
+    return RunPlan(landing, resumed, tick, due if tick else (), t_us)
 
 
 def source_mapping(home: Home) -> SourceMapping:
@@ -114,9 +148,15 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
                     progress: Progress) -> None:
     # started by the first pass with something to walk (run_pass calls it with the store let go: a JVM
     # start takes seconds); a tick that walks nothing commits its ledger rows without Spark
-    session = functools.cache(spark if callable(spark) else lambda: spark)
+    @functools.cache
+    def session() -> SparkSession:
+        started = time.perf_counter()
+        got = spark() if callable(spark) else spark
+        stats.spark_start_seconds += time.perf_counter() - started
+        return got
+
     for i, plan in enumerate(plans, start=1):
-        started, label = time.perf_counter(), f"pass {i}/{len(plans)}"
+        started, label, starts_before = time.perf_counter(), f"pass {i}/{len(plans)}", stats.spark_start_seconds
         with stage_progress(label, progress):
             out = run_pass(session, store, home, list(selected), plan, first_seq)
         spark_done = time.perf_counter()
@@ -133,7 +173,7 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
                                    pass_start={v: entries[0].entry_idx for v, entries in plan.by_view.items()})
         stats.add(summary)
         shutil.rmtree(pass_folder(home), ignore_errors=True)
-        stats.spark_seconds += spark_done - started
+        stats.spark_seconds += spark_done - started - (stats.spark_start_seconds - starts_before)  # the pass alone
         stats.commit_seconds += committed - spark_done
         stats.entries += len(plan.entries)
         progress(f"{label}: {len(plan.entries)} entries for {', '.join(sorted(plan.by_view))} "
@@ -161,13 +201,12 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
     report = RunReport()
     mapping = source_mapping(home)
     with Store.open(home, views) as store:
-        t_us = _logical_now(store, now)
-        report.ingested = ingest_landing(store, home, mapping, t_us, progress)
+        plan = plan_run(store, home, views, now)
+        report.ingested = ingest_landing(store, home, mapping, plan.t_us, progress)
         report.ingest_seconds = time.perf_counter() - started
-        # a run with nothing new ticks, unless it finishes what an interrupted run archived
-        if not report.ingested and not plan_passes(store, views) and tick_due(store, t_us):
-            report.tick_entry = record_entry(store, "tick", t_us)
-            progress(f"no new batch: tick at {datetime.fromtimestamp(t_us / 1e6, timezone.utc).isoformat()}")
+        if plan.tick and not report.ingested:  # every view is projected below: the tick's entry is done for all
+            report.tick_entry = record_entry(store, "tick", plan.t_us)
+            progress(f"no new batch: tick at {datetime.fromtimestamp(plan.t_us / 1e6, timezone.utc).isoformat()}")
         report.projection = project(
             spark, store, home, views, selected or views, mapping, progress)
     report.seconds = time.perf_counter() - started

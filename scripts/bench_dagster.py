@@ -31,7 +31,7 @@ def main() -> None:
     for i, path in enumerate(sorted(staging.iterdir())):
         shutil.move(str(path), home.landing / path.name)
         started = time.perf_counter()
-        report = run_through_dagster(home, t0 + timedelta(minutes=i), lambda message: None)
+        report = run_through_dagster(home, t0 + timedelta(minutes=i))
         total = time.perf_counter() - started
         records = sum(m.get("records", 0) for m in report.ingested)
         print(f"batch {i + 1} ({records:,} records, {'cold' if i == 0 else 'warm'}): {total:.1f}s through Dagster "

@@ -12,7 +12,7 @@ import pytest
 
 from assets import ALL_CHECKS, event_batches, landing_sensor
 from assets.checks import _checks_for
-from assets.partitions import NOW_TAG, TICK_TAG
+from assets.partitions import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
 from assets.views import projections
 from inorder.definitions import defs
 from pipelines.run import ingest_batch
@@ -45,12 +45,14 @@ def test_asset_graph_has_the_expected_keys_and_checks():
     assert checks == {(v.name, n) for v in BANK_VIEWS for n in VIEW_CHECKS} | {("event_batches", "no_new_rejected_files")}
     for view in BANK_VIEWS:
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
-    assert {"ingest_batch", "project_views", "rebuild_view"} <= {j.name for j in defs.resolve_all_job_defs()}
+    assert {"ingest_and_project", "ingest_batch", "project_views", "rebuild_view"} <= \
+        {j.name for j in defs.resolve_all_job_defs()}
     assert defs.resolve_sensor_def("landing_sensor") and defs.resolve_schedule_def("tick_schedule")
-    assert defs.resolve_sensor_def("project_after_ingest")
-    # ingesting is a run of its own: a rejected file fails only it, never the views' checks
+    assert defs.resolve_sensor_def("project_after_ingest") and defs.resolve_sensor_def("project_after_rejection")
     assert {k.to_user_string() for k in defs.resolve_job_def("ingest_batch").asset_layer.selected_asset_keys} == \
         {"event_batches"}
+    assert {k.to_user_string() for k in defs.resolve_job_def("ingest_and_project").asset_layer.selected_asset_keys} \
+        == keys
 
 
 def _materialize_all(home: Home, instance: dg.DagsterInstance, keys: list[str], now: datetime, tick: bool = False):
@@ -107,13 +109,14 @@ def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
     assert read_store(home, BANK_VIEWS) == live
 
 
-def test_sensor_requests_one_run_per_new_file(tmp_path):
+def test_sensor_requests_one_run_for_the_new_files(tmp_path):
     home = Home(tmp_path / "home").ensure()
     instance = dg.DagsterInstance.ephemeral()
     (home.landing / "b1.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
     context = dg.build_sensor_context(instance=instance, resources=resources_for(home))
     result = landing_sensor(context)
-    assert [(r.partition_key, r.run_key) for r in result.run_requests] == [("b1", "b1")]
+    (request,) = result.run_requests
+    assert request.run_key == "b1" and request.tags == {RANGE_START_TAG: "b1", RANGE_END_TAG: "b1"}
     assert result.dynamic_partitions_requests[0].partition_keys == ["b1"]
     instance.add_dynamic_partitions("event_batches", ["b1"])
     again = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home),
@@ -123,8 +126,10 @@ def test_sensor_requests_one_run_per_new_file(tmp_path):
     (home.landing / "b1.parquet").write_text("claims batch id b1 too")
     third = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home),
                                                    cursor=again.cursor))
-    # the second claimant of b1 gets its own key, so its run sets it aside visibly
-    assert [r.partition_key for r in third.run_requests] == ["b1.parquet", "b2"]
+    # the second claimant of b1 gets its own key, so its run sets it aside visibly; one run for both
+    (request,) = third.run_requests
+    assert request.run_key == "b1.parquet,b2" and third.dynamic_partitions_requests[0].partition_keys == ["b1.parquet", "b2"]
+    assert request.tags == {RANGE_START_TAG: "b1.parquet", RANGE_END_TAG: "b2"}
 
 
 def test_files_already_in_the_ingest_log_never_start_runs(tmp_path):
@@ -136,7 +141,7 @@ def test_files_already_in_the_ingest_log_never_start_runs(tmp_path):
         ingest_batch(home, BANK_VIEWS, f"b{i}")
     instance = dg.DagsterInstance.ephemeral()
     first = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home)))
-    assert [r.partition_key for r in first.run_requests] == ["b2"]
+    assert [r.run_key for r in first.run_requests] == ["b2"]
     ingest_batch(home, BANK_VIEWS, "b2")
     lost_cursor = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home)))
     assert lost_cursor.run_requests == [] and json.loads(lost_cursor.cursor) == {}

@@ -322,3 +322,35 @@ def test_random_tables_agree_with_gx_on_pandas(case):
             validate_view(con, view)
         return
     _both(con, view)
+
+
+ANY_BOUND = st.one_of(st.none(), st.integers(-10**30, 10**30), st.booleans(), st.decimals(allow_nan=False),
+                   st.floats(allow_nan=False), st.dates(), st.text(max_size=3))
+SET_VALUES = st.one_of(st.none(), st.text(max_size=5), st.integers(), st.booleans(), st.floats(allow_nan=False),
+                       st.decimals(allow_nan=False), st.dates())
+
+
+@st.composite
+def declared_rules(draw) -> Expectation:
+    columns = tuple(draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)))
+    rule = draw(st.sampled_from(["not_null", "unique", "between", "in_set"]))
+    if rule in ("not_null", "between", "in_set"):
+        columns = columns[:1]
+    return Expectation("t", rule, columns, min_value=draw(ANY_BOUND), max_value=draw(ANY_BOUND),
+                       value_set=tuple(draw(st.lists(SET_VALUES, max_size=4))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(declared_rules())
+def test_rules_configured_without_gx_are_configured_as_gx_does(e):
+    """The check imports GX only for rules `declared_config` leaves to it: for every other rule, the type
+    and kwargs must be GX's own, value for value and type for type."""
+    from pipelines.expectations import _gx, declared_config, gx_expectation
+
+    declared = declared_config(e)
+    if declared is None:
+        return
+    config = gx_expectation(_gx(), e).configuration
+    assert declared == (config.type, dict(config.kwargs))
+    assert [type(v) for v in declared[1].values()] == [type(v) for v in config.kwargs.values()]
+    assert [type(v) for v in declared[1].get("value_set", [])] == [type(v) for v in config.kwargs.get("value_set", [])]

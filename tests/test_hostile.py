@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import landing_sensor
+from assets.partitions import RANGE_END_TAG, RANGE_START_TAG
 from assets.views import projections
 from pipelines.ingest import archive_path, batch_id_of, ingest_landing, new_landing_files
 from pipelines.inspect import MAX_DEPTH, SourceMapping, inspect_file
@@ -230,7 +231,7 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     path.write_bytes(GOOD)
     instance = dg.DagsterInstance.ephemeral()
     first = _sensor(home, instance)
-    assert [r.partition_key for r in first.run_requests] == ["b1"]
+    assert [r.run_key for r in first.run_requests] == ["b1"]
     assert ingest_batch(home, BANK_VIEWS, "b1").status == "archived"
     assert _sensor(home, instance, first.cursor).run_requests == []
 
@@ -238,8 +239,8 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     os.utime(path, ns=(1, 1))
     changed = _sensor(home, instance, first.cursor)
     (request,) = changed.run_requests
-    key = request.partition_key
-    assert key.startswith("b1.jsonl@") and request.run_key == key
+    key = request.run_key
+    assert key.startswith("b1.jsonl@") and request.tags == {RANGE_START_TAG: key, RANGE_END_TAG: key}
     assert changed.dynamic_partitions_requests[0].partition_keys == [key]
     result = ingest_batch(home, BANK_VIEWS, key)
     assert (result.status, result.batch_id, result.already_ingested) == ("rejected", key, False)
