@@ -4,6 +4,7 @@ operator must act on (error and late rates over the view's thresholds, streams b
 timers, parked streams); on `event_batches`: no new rejected files."""
 
 from datetime import datetime, timezone
+from typing import Callable, Iterator, NamedTuple
 
 import dagster as dg
 
@@ -23,28 +24,38 @@ ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 SAMPLE = 5
 
 
-def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
-    @dg.asset_check(asset=view.name, name="expectations",
-                    description=f"The Great Expectations suite of {view.name}'s declared expectations, evaluated "
-                                "in DuckDB SQL (no table is loaded whole into pandas)")
-    def expectations(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            evaluated, failures = validate_view(store.con, view)
+class ViewCheck(NamedTuple):
+    spec: dg.AssetCheckSpec
+    evaluate: Callable[[Store], dg.AssetCheckResult]  # on the store, opened read-only once for the view's checks
+
+
+def _view_checks(view: View) -> list[ViewCheck]:
+    checks: list[ViewCheck] = []
+
+    def check(name: str, description: str, blocking: bool = False):
+        def register(evaluate: Callable[[Store], dg.AssetCheckResult]) -> Callable:
+            spec = dg.AssetCheckSpec(name, asset=view.name, description=description, blocking=blocking)
+            checks.append(ViewCheck(spec, evaluate))
+            return evaluate
+        return register
+
+    @check("expectations", f"The Great Expectations suite of {view.name}'s declared expectations, evaluated in "
+                           "DuckDB SQL (no table is loaded whole into pandas)")
+    def expectations(store: Store) -> dg.AssetCheckResult:
+        evaluated, failures = validate_view(store.con, view)
         return dg.AssetCheckResult(passed=not failures, metadata={
             "expectations": dg.MetadataValue.int(evaluated),
             "failed": dg.MetadataValue.int(len(failures)),
             "failures": dg.MetadataValue.json(failures),
         })
 
-    @dg.asset_check(asset=view.name, name="conservation", blocking=True,
-                    description="DESIGN §3: selected = applied + ignored + handler_error + duplicate + late + "
-                                "conflict + pending, and records = malformed + normalised per batch")
-    def conservation(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            (status,) = read_status(store.con, [view]).views
-            unbalanced = store.con.execute(
-                "SELECT batch_id, records, malformed, normalised FROM inorder.batches "
-                "WHERE view = ? AND records != malformed + normalised LIMIT ?", [view.name, SAMPLE]).fetchall()
+    @check("conservation", "DESIGN §3: selected = applied + ignored + handler_error + duplicate + late + "
+                           "conflict + pending, and records = malformed + normalised per batch", blocking=True)
+    def conservation(store: Store) -> dg.AssetCheckResult:
+        (status,) = read_status(store.con, [view]).views
+        unbalanced = store.con.execute(
+            "SELECT batch_id, records, malformed, normalised FROM inorder.batches "
+            "WHERE view = ? AND records != malformed + normalised LIMIT ?", [view.name, SAMPLE]).fetchall()
         outcomes = sum(status.outcomes.values())
         return dg.AssetCheckResult(passed=status.conserved and not unbalanced, metadata={
             "selected": dg.MetadataValue.int(status.selected),
@@ -55,29 +66,25 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
             "unbalanced_batches": dg.MetadataValue.json([list(map(str, row)) for row in unbalanced]),
         })
 
-    @dg.asset_check(asset=view.name, name="watermarks_never_move_back",
-                    description="No stream's last_seq is below the value it had before its latest commit")
-    def watermarks_monotonic(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            count, = store.con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ? "
-                                       "AND last_seq < prev_last_seq", [view.name]).fetchone()
-            sample = store.con.execute(
-                "SELECT stream_id, prev_last_seq, last_seq FROM inorder.watermarks WHERE view = ? "
-                "AND last_seq < prev_last_seq ORDER BY stream_id LIMIT ?", [view.name, SAMPLE]).fetchall()
-            streams, = store.con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ?",
-                                         [view.name]).fetchone()
+    @check("watermarks_never_move_back", "No stream's last_seq is below the value it had before its latest commit")
+    def watermarks_monotonic(store: Store) -> dg.AssetCheckResult:
+        count, = store.con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ? "
+                                   "AND last_seq < prev_last_seq", [view.name]).fetchone()
+        sample = store.con.execute(
+            "SELECT stream_id, prev_last_seq, last_seq FROM inorder.watermarks WHERE view = ? "
+            "AND last_seq < prev_last_seq ORDER BY stream_id LIMIT ?", [view.name, SAMPLE]).fetchall()
+        streams, = store.con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ?",
+                                     [view.name]).fetchone()
         return dg.AssetCheckResult(passed=count == 0, metadata={
             "streams": dg.MetadataValue.int(streams),
             "moved_back": dg.MetadataValue.int(count),
             "sample": dg.MetadataValue.json([{"stream_id": s, "before": b, "after": a} for s, b, a in sample]),
         })
 
-    @dg.asset_check(asset=view.name, name="published",
-                    description="PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it after its "
-                                "newest commit; passes with nothing to check when publishing is not configured")
-    def published(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            positions = read_positions(store.con, [view])
+    @check("published", "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it after its newest "
+                        "commit; passes with nothing to check when publishing is not configured")
+    def published(store: Store) -> dg.AssetCheckResult:
+        positions = read_positions(store.con, [view])
         if positions is None:
             return dg.AssetCheckResult(passed=True, metadata={"configured": dg.MetadataValue.bool(False)},
                                        description="INORDER_SERVE_POSTGRES is not set: nothing is published")
@@ -93,16 +100,14 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
         }, description=None if position.current else
             f"PostgreSQL is {position.behind} entries behind DuckDB: `inorder publish` catches it up")
 
-    def rate_check(name: str, outcome: str, what: str) -> dg.AssetChecksDefinition:
+    def rate_check(name: str, outcome: str, what: str) -> None:
         thresholds = getattr(view.alerts, f"{outcome}_rate")
 
-        @dg.asset_check(asset=view.name, name=name,
-                        description=f"The share of selected messages that were {what}, in the last run and over the "
-                                    f"last 24 h of logical time: warns above {thresholds.warn:.2%}, fails above "
-                                    f"{thresholds.error:.2%} (the view's `alerts`)")
-        def check(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-            with Store.open_read_only(inorder_home(read_store, folders)) as store:
-                windows = recent_windows(store.con, view.name)
+        @check(name, f"The share of selected messages that were {what}, in the last run and over the last 24 h of "
+                     f"logical time: warns above {thresholds.warn:.2%}, fails above {thresholds.error:.2%} "
+                     "(the view's `alerts`)")
+        def rate(store: Store) -> dg.AssetCheckResult:
+            windows = recent_windows(store.con, view.name)
             verdict = judge_rate(outcome, windows, thresholds)
             metadata: dict = {"warn_above": dg.MetadataValue.float(thresholds.warn),
                               "fail_above": dg.MetadataValue.float(thresholds.error)}
@@ -113,17 +118,17 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
                 metadata[f"{prefix}/selected"] = dg.MetadataValue.int(w.selected)
             return _verdict(verdict, metadata)
 
-        return check
+    rate_check("handler_error_rate", "handler_error", "handler errors")
+    rate_check("late_rate", "late", "late (after their gap was skipped)")
 
-    @dg.asset_check(asset=view.name, name="no_overdue_blocked_streams",
-                    description=f"No stream blocked longer than its gap_timeout ({view.gap_timeout:g}s) plus the "
-                                f"tick interval ({TICK_INTERVAL.total_seconds():g}s) by the wall clock: a gap timer "
-                                "that should have fired did not (is the tick schedule running?)")
-    def no_overdue_blocked_streams(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            now = max(datetime.now(timezone.utc), store.con.execute(
-                "SELECT coalesce(max(received_at), now()) FROM inorder.ingest_log").fetchone()[0])
-            count, oldest = overdue_streams(store.con, view, now, TICK_INTERVAL)
+    @check("no_overdue_blocked_streams",
+           f"No stream blocked longer than its gap_timeout ({view.gap_timeout:g}s) plus the tick interval "
+           f"({TICK_INTERVAL.total_seconds():g}s) by the wall clock: a gap timer that should have fired did not "
+           "(is the tick schedule running?)")
+    def no_overdue_blocked_streams(store: Store) -> dg.AssetCheckResult:
+        now = max(datetime.now(timezone.utc), store.con.execute(
+            "SELECT coalesce(max(received_at), now()) FROM inorder.ingest_log").fetchone()[0])
+        count, oldest = overdue_streams(store.con, view, now, TICK_INTERVAL)
         return dg.AssetCheckResult(passed=count == 0, metadata={
             "overdue_streams": dg.MetadataValue.int(count),
             "oldest": dg.MetadataValue.json([{"stream_id": o.stream_id, "waiting_for_seq": o.waiting_for,
@@ -133,12 +138,10 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
         }, description=None if count == 0 else
             f"{count} streams are blocked past their gap timer: `inorder pending --view {view.name}` lists them")
 
-    @dg.asset_check(asset=view.name, name="no_parked_streams",
-                    description="No stream parked by a handler error, waiting for `inorder retry` or `inorder skip` "
-                                "(warns)")
-    def no_parked_streams(read_store: ReadStoreResource, folders: FoldersResource) -> dg.AssetCheckResult:
-        with Store.open_read_only(inorder_home(read_store, folders)) as store:
-            count, first = parked_streams(store.con, view.name)
+    @check("no_parked_streams", "No stream parked by a handler error, waiting for `inorder retry` or "
+                                "`inorder skip` (warns)")
+    def no_parked_streams(store: Store) -> dg.AssetCheckResult:
+        count, first = parked_streams(store.con, view.name)
         return dg.AssetCheckResult(
             passed=count == 0, severity=dg.AssetCheckSeverity.WARN,
             metadata={"parked_streams": dg.MetadataValue.int(count),
@@ -148,10 +151,35 @@ def _checks_for(view: View) -> list[dg.AssetChecksDefinition]:
             f"{count} parked streams: fix the view, then `inorder retry --view {view.name} --all` "
             f"(or `inorder skip`)")
 
-    return [expectations, conservation, watermarks_monotonic, published,
-            rate_check("handler_error_rate", "handler_error", "handler errors"),
-            rate_check("late_rate", "late", "late (after their gap was skipped)"),
-            no_overdue_blocked_streams, no_parked_streams]
+    return checks
+
+
+def _checks_for(view: View) -> dg.AssetChecksDefinition:
+    """The view's checks as one step: a run evaluates them on one read-only open of the store (a step and an
+    open per check took seconds of a small run). Each can still be run alone (subsettable), and a check
+    that raises fails alone, saying why, without taking the others down."""
+    checks = {c.spec.name: c for c in _view_checks(view)}
+
+    @dg.multi_asset_check(specs=[c.spec for c in checks.values()], can_subset=True, name=f"{view.name}_checks")
+    def view_checks(context: dg.AssetCheckExecutionContext, read_store: ReadStoreResource,
+                    folders: FoldersResource) -> Iterator[dg.AssetCheckResult]:
+        selected = {key.name for key in context.selected_asset_check_keys}
+        with Store.open_read_only(inorder_home(read_store, folders)) as store:
+            for name, view_check in checks.items():
+                if name in selected:
+                    yield _evaluated(view_check, store)
+
+    return view_checks
+
+
+def _evaluated(view_check: ViewCheck, store: Store) -> dg.AssetCheckResult:
+    try:
+        result = view_check.evaluate(store)
+    except Exception as error:  # the check could not be evaluated: it fails, with the reason
+        result = dg.AssetCheckResult(passed=False, description=f"the check raised {type(error).__name__}: {error}")
+    return dg.AssetCheckResult(asset_key=view_check.spec.asset_key, check_name=view_check.spec.name,
+                               passed=result.passed, severity=result.severity, metadata=result.metadata,
+                               description=result.description)
 
 
 def _verdict(verdict, metadata: dict) -> dg.AssetCheckResult:
@@ -184,4 +212,4 @@ def no_new_rejected_files(context: dg.AssetCheckExecutionContext, read_store: Re
         f"{len(rejected)} landing files rejected since entry {after}: {rejected[0].batch_id}: {rejected[0].reason}")
 
 
-ALL_CHECKS = [check for view in ALL_VIEWS for check in _checks_for(view)] + [no_new_rejected_files]
+ALL_CHECKS = [_checks_for(view) for view in ALL_VIEWS] + [no_new_rejected_files]

@@ -25,8 +25,9 @@ from bench import data, report
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"sizes": [1_000_000, 2_000_000, 5_000_000, 10_000_000], "incremental": 10_000, "tick": 100_000,
-        "prior": 50_000}
-QUICK = {"sizes": [1_000, 2_000, 4_000], "incremental": 200, "tick": 500, "prior": 500}
+        "prior": 50_000, "freshness": {"store_events": 1_000_000, "batch_events": 10_000, "rounds": 5}}
+QUICK = {"sizes": [1_000, 2_000, 4_000], "incremental": 200, "tick": 500, "prior": 500,
+         "freshness": {"store_events": 2_000, "batch_events": 200, "rounds": 2}}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,8 +54,9 @@ def plan(args: argparse.Namespace) -> list[list[dict]]:
                   for n in sizes]
     other = [{"kind": "tick", "streams": args.tick_streams or defaults["tick"]},
              {"kind": "prior_art", "events": args.prior_events or defaults["prior"]}]
+    fresh = [{"kind": "freshness", **defaults["freshness"]}]  # its own worker: the runs it times share no JVM
     isolate = (not args.quick) if args.isolate is None else args.isolate
-    return [[t] for t in size_tasks] + [other] if isolate else [size_tasks + other]
+    return [[t] for t in size_tasks] + [other, fresh] if isolate else [size_tasks + other + fresh]
 
 
 def prepare(workers: list[list[dict]], cache: Path) -> None:
@@ -65,6 +67,10 @@ def prepare(workers: list[list[dict]], cache: Path) -> None:
             data.incremental_batch(cache, task["incremental"], round_no)
         if task["kind"] == "tick":
             data.blocked_batches(cache, task["streams"])
+        if task["kind"] == "freshness":
+            data.bank_batches(cache, task["store_events"])
+            for round_no in range(1, task["rounds"] + 2):  # one more warms the Dagster path up
+                data.incremental_batch(cache, task["batch_events"], round_no)
 
 
 def machine() -> dict:

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from bench.freshness import PATHS
+
 GIB = 1024 ** 3
 
 # the targets (2 cores, 24 GiB): (name, comparison, bound)
@@ -16,6 +18,9 @@ TARGETS = {
     "prior_art_ratio": (">=", 100),
     "peak_rss_gib": ("<=", 6.0),
     "scaling_ratio": ("<=", 1.3),
+    "freshness_cli_warm_s": ("<=", 4.0),
+    "freshness_cli_cold_s": ("<=", 12.0),
+    "freshness_dagster_s": ("<=", 10.0),
 }
 
 
@@ -37,6 +42,7 @@ def summarise(results: dict) -> dict:
                    key=lambda t: t["events"])
     prior = next((t for w in results["workers"] for t in w["tasks"] if t["kind"] == "prior_art"), None)
     tick = next((t for w in results["workers"] for t in w["tasks"] if t["kind"] == "tick"), None)
+    freshness = next((t for w in results["workers"] for t in w["tasks"] if t["kind"] == "freshness"), None)
     largest = sizes[-1] if sizes else None
     cases: dict = {}
     cases["bulk"] = [{"events": s["events"], **{k: s["bulk"][k] for k in (
@@ -69,6 +75,8 @@ def summarise(results: dict) -> dict:
     if tick:
         cases["tick"] = {k: tick[k] for k in ("blocked_streams", "blocked_pairs", "latency_s", "spark_s", "commit_s",
                                                "gaps_skipped", "timed_out_as_expected", "blocked_pairs_per_s")}
+    if freshness:
+        cases["freshness"] = {k: v for k, v in freshness.items() if k != "kind"}
     cases["scaling"] = [{"events": s["events"], "s_per_million": s["bulk"]["wall_s"] / (s["events"] / 1e6),
                          "floor_s_per_million": s["floor"]["wall_s"] / (s["events"] / 1e6)} for s in sizes]
     return cases
@@ -128,6 +136,13 @@ def table_rows(cases: dict) -> list[dict]:
     if len(scaling) >= 2:
         row("7 scaling", f"s/M at {scaling[-1]['events']:,} / at {scaling[0]['events']:,}",
             scaling[-1]["s_per_million"] / scaling[0]["s_per_million"], "scaling_ratio")
+    fresh = cases.get("freshness")
+    for key, label, target, median in PATHS if fresh else ():
+        if key in fresh:
+            result = fresh[key]
+            parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in result["parts_median"].items())
+            row(f"8 freshness {fresh['batch_events']:,} onto {fresh['store_events']:,}",
+                f"{label}: median of {fresh['rounds']} s ({parts})", result[median], target)
     return rows
 
 

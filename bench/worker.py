@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import bulk, data, incremental, peer, prior_art, tick
+from bench import bulk, data, freshness, incremental, peer, prior_art, tick
 from bench.measure import RssSampler, timer
 from pipelines.run import run
 from pipelines.spark import spark_session
@@ -93,7 +93,16 @@ def tick_task(spark, task: dict, work: Path, cache: Path, spark_start_s: float, 
     return result
 
 
-TASKS = {"size": size_task, "prior_art": prior_art_task, "tick": tick_task}
+def freshness_task(spark, task: dict, work: Path, cache: Path, spark_start_s: float, sampler: RssSampler) -> dict:
+    result = freshness.freshness_case(spark, work, cache, task["store_events"], task["batch_events"], task["rounds"],
+                                      say=say)
+    for key, label, _, median in freshness.PATHS:
+        if key in result:
+            say(f"  {label}: median {result[key][median]:.2f} s {result[key]['parts_median']}")
+    return result
+
+
+TASKS = {"size": size_task, "prior_art": prior_art_task, "tick": tick_task, "freshness": freshness_task}
 
 
 def main(plan_path: str, result_path: str) -> None:

@@ -26,6 +26,8 @@ concurrency:
     tag_concurrency_limits:
       - key: "inorder/store"
         limit: 1
+run_queue:
+  dequeue_interval_seconds: 1  # a queued run starts within a second (freshness; the default is 5)
 telemetry:
   enabled: false
 """

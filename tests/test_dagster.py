@@ -158,8 +158,9 @@ def projected_home(spark, tmp_path) -> Home:
 
 
 def _run_check(home: Home, view: str, name: str) -> dg.AssetCheckResult:
-    (check,) = [c for c in _checks_for(view_named(BANK_VIEWS, view)) if c.check_specs and next(iter(c.check_specs)).name == name]
-    result = dg.materialize([projections, check], selection=dg.AssetSelection.checks(check),
+    checks = _checks_for(view_named(BANK_VIEWS, view))
+    result = dg.materialize([projections, checks], selection=dg.AssetSelection.checks(dg.AssetCheckKey(
+                                dg.AssetKey(view), name)),
                             resources=resources_for(home), raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
     return evaluation
