@@ -114,27 +114,33 @@ _FIELDS = {
 }
 
 
+_GOOD = {"stream_id": '"acct-1"', "seq": "3", "type": '"Deposited"', "payload": '{"b": 1.50, "a": "x"}',
+         "occurred_at": '"2026-11-01T00:00:00Z"', "event_id": '"e-3"'}
+_MAPPED_ELSEWHERE = {"nested paths": {"meta": '{"id": "m", "seq": 4}', "body": "[1, 2.50]", "kind": '"K"'},
+                     "composite stream id": {"tenant": '"t1"'}}
+
+
 @st.composite
-def _record(draw) -> str:
-    """A JSON object text: usually every mapped field, sometimes one missing, repeated or oddly valued."""
-    good = {"stream_id": '"acct-1"', "seq": "3", "type": '"Deposited"', "payload": '{"b": 1.50, "a": "x"}',
-            "occurred_at": '"2026-11-01T00:00:00Z"', "event_id": '"e-3"', "meta": '{"id": "m", "seq": 4}',
-            "tenant": '"t1"', "body": "[1, 2.50]", "kind": '"K"'}
-    pairs = [(k, v) for k, v in good.items() if draw(st.integers(0, 9))]  # a field goes missing now and then
-    for _ in range(draw(st.integers(0, 3))):
+def _record(draw, mapping: str) -> str:
+    """A JSON object text with the fields `mapping` reads: usually all of them, often with values of every
+    kind, sometimes one missing, repeated, or joined by a field no mapping reads."""
+    good = {**_GOOD, **_MAPPED_ELSEWHERE.get(mapping, {})}
+    # Hypothesis favours the first of `sampled_from`: here the usual case
+    fate = st.sampled_from(["kept"] * 9 + ["changed", "changed", "missing"])
+    pairs = [(k, draw(_FIELDS[k]) if f == "changed" else v) for k, v in good.items()
+             if (f := draw(fate)) != "missing"]
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):
         key = draw(st.sampled_from(sorted(_FIELDS)))
         pairs.insert(draw(st.integers(0, len(pairs))), (key, draw(_FIELDS[key])))  # duplicate keys: the last counts
     space = draw(_SPACE)
     return "{" + ("," + space).join(f'"{k}":{space}{v}' for k, v in pairs) + "}"
 
 
-_LINE = st.one_of(*[_record()] * 6, _VALUE, _SPACE)
-
-
 @st.composite
-def _json_lines(draw) -> bytes:
-    lines = [draw(_LINE).encode("utf-8", "surrogatepass") for _ in range(draw(st.integers(1, 8)))]
-    for _ in range(draw(st.integers(0, 2))):  # damage: a byte cut out, a stray byte, invalid UTF-8, a BOM
+def _json_lines(draw, mapping: str) -> bytes:
+    line = st.one_of(_record(mapping), _record(mapping), _record(mapping), _VALUE, _SPACE)
+    lines = [draw(line).encode("utf-8", "surrogatepass") for _ in range(draw(st.integers(1, 8)))]
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):  # damage: a byte cut out, a stray byte, invalid UTF-8, a BOM
         i = draw(st.integers(0, len(lines) - 1))
         at = draw(st.integers(0, len(lines[i])))
         junk = draw(st.sampled_from([b"", b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\x00", b"}", b'"', b"\r"]))
@@ -145,9 +151,13 @@ def _json_lines(draw) -> bytes:
     return head + b"".join(line + end for line, end in zip(lines, ends)) + tail
 
 
+_MAPPED_LINES = st.sampled_from(sorted(MAPPINGS)).flatmap(lambda name: st.tuples(st.just(name), _json_lines(name)))
+
+
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=_json_lines(), mapping=st.sampled_from(sorted(MAPPINGS)))
-def test_generated_json_lines(data, mapping):
+@given(mapped_lines=_MAPPED_LINES)
+def test_generated_json_lines(mapped_lines):
+    mapping, data = mapped_lines
     assert_same_lines(data, MAPPINGS[mapping])
 
 
@@ -160,3 +170,40 @@ def test_generated_json_lines_as_files(tmp_path):
     path.write_bytes(b"\n".join(lines) + b"\n")
     for mapping in MAPPINGS.values():
         assert_same_file(path, mapping)
+
+
+def _line(**fields) -> str:
+    """A record line with the good fields, some replaced (None: left out) by raw JSON text."""
+    merged = {**_GOOD, **fields}
+    return "{" + ", ".join(f'"{k}": {v}' for k, v in merged.items() if v is not None) + "}"
+
+
+# the edges of what the fast path takes, each beside what it must leave to the per-line path
+EDGES = [
+    _line(), " \t" + _line() + " ", _line(payload=None), _line(payload="null"), _line(payload='"text"'),
+    _line(payload='{"b": 1, "a": 2, "a": 3}'), _line(payload='{"é": 1, "z": 2, "Z": 3, "😀": 4, "\\uffff": 5}'),
+    _line(payload='[0.1, 0.10, 1E400, 1e-400, -0.0, -0, 1.0E+2, 123456789012345678901234567890, 12345678901234567890.123]'),
+    _line(payload="9" * 4300), _line(payload="9" * 4301), _line(payload='"\\u2028\\u0000\\u001f\\u007f\\b\\f\\n\\r\\t\\/\\"\\\\"'),
+    _line(payload='"\\ud83d\\ude00"'), _line(payload='"\\ud800"'), _line(payload='"\\udc00\\ud800"'),
+    *[_line(payload="[" * depth + "]" * depth) for depth in (126, 127, 128)],
+    *[_line(payload='{"a":' * depth + "1" + "}" * depth) for depth in (126, 127, 128)],
+    *[_line(seq=seq) for seq in ('"1"', "1.0", "true", "0", "-0", "1e3", str((1 << 63) - 1), str(1 << 63), "null")],
+    *[_line(event_id=v) for v in ("9", '""', "null", "true", '"\\u0007"', '"e\\u0085"')],
+    *[_line(stream_type=v) for v in ("null", '""', '"shop"', '"s\\u007f"', "1")],
+    *[_line(occurred_at=v) for v in ("5", "null", '""', '"\\ud800"')],
+    *[_line(stream_id=json.dumps(v)) for v in ("k" * 256, "k" * 257, "🙂" * 256, "🙂" * 257, "é" * 512, "é" * 513,
+                                              "a\u0001", "a\u0085", "a\u00a0", "a\u200f", "")],
+    _line(stream_id="17"), _line(type='"\\u0000"'), _line(type="[]"),
+    '{"stream\\u005fid": "a", "seq": 1, "type": "X"}', '{"stream_id": "a", "stream_id": 5, "seq": 1, "type": "X"}',
+    '{"stream_id": 5, "stream_id": "a", "seq": 1, "type": "X"}', '{"stream_id": "a", "seq": 1, "type": "X", "x": 1}',
+    '{"stream_id": "a", "seq": 1, "type": "X", "x": "\\ud800"}', '{"stream_id": "a", "seq": 1, "type": "X"} ',
+    '{"stream_id": "a", "seq": 1, "type": "X"}\x00', "\ufeff" + _line(),
+]
+
+
+@pytest.mark.parametrize("mapping", sorted(MAPPINGS))
+def test_fast_path_edges(mapping):
+    data = b"".join(line.encode("utf-8", "surrogatepass") + b"\n" for line in EDGES)
+    assert_same_lines(data, MAPPINGS[mapping])
+    for max_record_bytes in (len(_line().encode()) - 1, len(_line().encode())):  # the size limit, both sides
+        assert_same_lines(data, {**MAPPINGS[mapping], "max_record_bytes": max_record_bytes})
