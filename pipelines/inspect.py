@@ -13,6 +13,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import compress
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Iterator, Mapping, Sequence
 
@@ -359,12 +360,34 @@ def _plain_message(raw: bytes, decoder: msgspec.json.Decoder, max_record_bytes: 
             record.event_id)
 
 
-def _jsonl_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
-    """(line number, raw, message or Malformed) for each line of a JSON Lines file: the fast path first."""
+def _inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
+    """Every line through the fast path in one pass, then only the lines it left through the per-line path."""
+    raws = _json_lines(data)
     decoder = _plain_decoder(mapping)
-    for number, raw in enumerate(_json_lines(data), start=1):
-        message = _plain_message(raw, decoder, mapping.max_record_bytes) if decoder else None
-        yield number, raw, message or _normalised(_jsonl_record(raw, mapping), mapping)
+    limit = mapping.max_record_bytes
+    messages = [_plain_message(raw, decoder, limit) for raw in raws] if decoder else [None] * len(raws)
+    malformed = []
+    for i in _positions_of_none(messages):
+        outcome = _normalised(_jsonl_record(raws[i], mapping), mapping)
+        if type(outcome) is tuple:
+            messages[i] = outcome
+        else:
+            malformed.append((i + 1, _raw(raws[i]), str(outcome)))
+    lines = range(1, len(raws) + 1)
+    if malformed:  # the lines that are messages (a message is a non-empty tuple, a malformed line still None)
+        lines, messages = list(compress(lines, messages)), list(filter(None, messages))
+    return _inspected(batch_id, entry_idx, lines, messages, malformed)
+
+
+def _positions_of_none(items: list) -> Iterator[int]:
+    """Where `items` holds None, in order (list.index finds each in C: they are few)."""
+    position = -1
+    while True:
+        try:
+            position = items.index(None, position + 1)
+        except ValueError:
+            return
+        yield position
 
 
 def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
@@ -492,21 +515,21 @@ def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMappi
     if fmt is None:
         raise RejectedFile(f"unsupported file type {path.suffix!r} (expected .jsonl, .csv or .parquet)")
     if fmt == "parquet":
-        records = _parquet_records(path, mapping)
-    else:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
-        if not data:
-            raise RejectedFile("the file is empty (0 bytes): nothing to ingest")
-        records = _jsonl_records(data, mapping) if fmt == "jsonl" else _csv_records(data, mapping)
-    return inspect_records(records, batch_id, entry_idx)
+        return inspect_records(_parquet_records(path, mapping), batch_id, entry_idx)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
+    if not data:
+        raise RejectedFile("the file is empty (0 bytes): nothing to ingest")
+    if fmt == "jsonl":
+        return _inspect_json_lines(data, batch_id, entry_idx, mapping)
+    return inspect_records(_csv_records(data, mapping), batch_id, entry_idx)
 
 
 def inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
     """A JSON Lines batch held in memory, inspected exactly as the same bytes in a landing file."""
-    return inspect_records(_jsonl_records(data, mapping), batch_id, entry_idx)
+    return _inspect_json_lines(data, batch_id, entry_idx, mapping)
 
 
 def inspect_records(records: Iterable[tuple[int, bytes | str, tuple | Malformed]], batch_id: str,
@@ -521,6 +544,12 @@ def inspect_records(records: Iterable[tuple[int, bytes | str, tuple | Malformed]
             messages.append(message)
         else:
             malformed.append((number, _raw(raw), str(message)))
+    return _inspected(batch_id, entry_idx, lines, messages, malformed)
+
+
+def _inspected(batch_id: str, entry_idx: int, lines: Sequence[int], messages: list[tuple],
+               malformed: list[tuple[int, str, str]]) -> InspectedBatch:
+    """The batch of these messages (each at its line) and malformed lines."""
     n = len(lines)
     columns = list(zip(*messages)) or [()] * 7  # per field, as `normalise` orders them
     table = pa.table([pa.array([entry_idx] * n, pa.int64()), pa.array([batch_id] * n, pa.string()),
