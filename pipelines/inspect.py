@@ -509,15 +509,17 @@ class InspectedBatch:
         return self.messages.num_rows + len(self.malformed)
 
 
-def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
-    """Normalise every record of a landing file. Raises RejectedFile when the file is unreadable."""
+def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping,
+                 data: bytes | None = None) -> InspectedBatch:
+    """Normalise every record of a landing file. Raises RejectedFile when the file is unreadable.
+    `data`: its content when the caller has read it already (ingest hashes it); Parquet is read from `path`."""
     fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise RejectedFile(f"unsupported file type {path.suffix!r} (expected .jsonl, .csv or .parquet)")
     if fmt == "parquet":
         return inspect_records(_parquet_records(path, mapping), batch_id, entry_idx)
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if data is None else data
     except OSError as exc:
         raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
     if not data:

@@ -42,7 +42,11 @@ def assert_same(inspect, mapping: dict) -> None:
 
 
 def assert_same_file(path: Path, mapping: dict) -> None:
+    """The file as read by inspection, and as handed over already read (ingest reads it once to hash it)."""
     assert_same(lambda module, m: module.inspect_file(path, path.stem, 7, m), mapping)
+    handed_over = _outcome(live, lambda module, m: module.inspect_file(path, path.stem, 7, m, path.read_bytes()),
+                           mapping)
+    assert handed_over == _outcome(reference, lambda module, m: module.inspect_file(path, path.stem, 7, m), mapping)
 
 
 def assert_same_lines(data: bytes, mapping: dict) -> None:
