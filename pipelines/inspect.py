@@ -35,6 +35,7 @@ MESSAGE_SCHEMA = pa.schema([
     ("event_type", pa.string()), ("payload", pa.string()), ("occurred_at", pa.string()),
     ("event_id", pa.string()),
 ])
+_MESSAGE_FIELDS = pa.struct(list(MESSAGE_SCHEMA)[3:])  # what `normalise` returns, in its order
 
 
 class Malformed(ValueError):
@@ -340,7 +341,7 @@ def _plain_decoder(mapping: SourceMapping) -> msgspec.json.Decoder | None:
         ("stream_id", _PlainId), ("stream_type", _PlainId, name),
         ("seq", Annotated[int, msgspec.Meta(ge=mapping.first_seq, le=MAX_SEQ)]), ("event_type", _PlainId),
         ("payload", Any, msgspec.UNSET), ("occurred_at", str | None, None), ("event_id", _PlainId | None, None),
-    ], rename=keys, forbid_unknown_fields=True, kw_only=True)  # an unmapped key is judged by the per-line path
+    ], rename=keys, forbid_unknown_fields=True, kw_only=True, gc=False)  # an unmapped key: per-line path
     return msgspec.json.Decoder(record, float_hook=Decimal)  # floats keep their digits, as in `_DECODER`
 
 
@@ -553,9 +554,8 @@ def _inspected(batch_id: str, entry_idx: int, lines: Sequence[int], messages: li
                malformed: list[tuple[int, str, str]]) -> InspectedBatch:
     """The batch of these messages (each at its line) and malformed lines."""
     n = len(lines)
-    columns = list(zip(*messages)) or [()] * 7  # per field, as `normalise` orders them
-    table = pa.table([pa.array([entry_idx] * n, pa.int64()), pa.array([batch_id] * n, pa.string()),
-                      pa.array(lines, pa.int64()),
-                      *(pa.array(column, kind) for column, kind in zip(columns, MESSAGE_SCHEMA.types[3:]))],
-                     schema=MESSAGE_SCHEMA)
+    # Arrow takes the tuples apart itself (a struct array, flattened): no Python list per column
+    fields = pa.array(messages, _MESSAGE_FIELDS).flatten()
+    table = pa.table([pa.repeat(pa.scalar(entry_idx, pa.int64()), n), pa.repeat(pa.scalar(batch_id, pa.string()), n),
+                      pa.array(lines, pa.int64()), *fields], schema=MESSAGE_SCHEMA)
     return InspectedBatch(batch_id, table, malformed)

@@ -104,7 +104,8 @@ def _container(children):
 _VALUE = st.recursive(_SCALAR, _container, max_leaves=12)
 _DEEP = st.tuples(st.integers(120, 135), st.sampled_from(["[", '{"a":'])).map(
     lambda t: t[1] * t[0] + "1" + ("]" if t[1] == "[" else "}") * t[0])
-_ID = st.one_of(st.text(max_size=20).map(json.dumps), st.text(max_size=20).map(lambda s: json.dumps(s, ensure_ascii=False)),
+_ID = st.one_of(st.text(max_size=20).map(json.dumps),
+                st.text(max_size=20).map(lambda s: json.dumps(s, ensure_ascii=False)),
                 st.sampled_from(["k" * 1024, "k" * 1025, "é" * 512, "é" * 513, "🙂" * 256, "🙂" * 257]).map(json.dumps),
                 st.integers(-5, 10 ** 20).map(str), _VALUE)
 _SEQ = st.one_of(st.integers(-3, 40).map(str), st.sampled_from([
@@ -186,8 +187,10 @@ def _line(**fields) -> str:
 EDGES = [
     _line(), " \t" + _line() + " ", _line(payload=None), _line(payload="null"), _line(payload='"text"'),
     _line(payload='{"b": 1, "a": 2, "a": 3}'), _line(payload='{"é": 1, "z": 2, "Z": 3, "😀": 4, "\\uffff": 5}'),
-    _line(payload='[0.1, 0.10, 1E400, 1e-400, -0.0, -0, 1.0E+2, 123456789012345678901234567890, 12345678901234567890.123]'),
-    _line(payload="9" * 4300), _line(payload="9" * 4301), _line(payload='"\\u2028\\u0000\\u001f\\u007f\\b\\f\\n\\r\\t\\/\\"\\\\"'),
+    _line(payload="[0.1, 0.10, 1E400, 1e-400, -0.0, -0, 1.0E+2, 123456789012345678901234567890, "
+                  "12345678901234567890.123]"),
+    _line(payload="9" * 4300), _line(payload="9" * 4301),
+    _line(payload='"\\u2028\\u0000\\u001f\\u007f\\b\\f\\n\\r\\t\\/\\"\\\\"'),
     _line(payload='"\\ud83d\\ude00"'), _line(payload='"\\ud800"'), _line(payload='"\\udc00\\ud800"'),
     *[_line(payload="[" * depth + "]" * depth) for depth in (126, 127, 128)],
     *[_line(payload='{"a":' * depth + "1" + "}" * depth) for depth in (126, 127, 128)],
