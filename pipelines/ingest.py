@@ -107,6 +107,14 @@ def _fingerprint(path: Path) -> Fingerprint:
     return Fingerprint(digest.hexdigest(), size, mtime_ns)
 
 
+def _read(path: Path) -> tuple[Fingerprint, bytes]:
+    """The content and its fingerprint, from one read: what is inspected is what was hashed."""
+    with path.open("rb") as f:
+        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
+        data = f.read()
+    return Fingerprint(hashlib.sha256(data).hexdigest(), len(data), mtime_ns), data
+
+
 def _inside_landing(home: Home, path: Path) -> bool:
     return home.landing.resolve() in path.resolve().parents
 
@@ -149,8 +157,8 @@ def _inspect(home: Home, path: Path, batch_id: str, entry_idx: int, mapping: Sou
     try:
         if not _inside_landing(home, path):
             raise RejectedFile("the file resolves outside the landing folder (symlink?)")
-        fingerprint = _fingerprint(path)
-        return inspect_file(path, batch_id, entry_idx, mapping), fingerprint, None
+        fingerprint, data = _read(path)
+        return inspect_file(path, batch_id, entry_idx, mapping, data), fingerprint, None
     except RejectedFile as exc:
         return None, fingerprint, str(exc)
     except OSError as exc:

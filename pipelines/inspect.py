@@ -13,9 +13,11 @@ import math
 import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import compress
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Iterable, Iterator, Mapping, Sequence
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -33,6 +35,7 @@ MESSAGE_SCHEMA = pa.schema([
     ("event_type", pa.string()), ("payload", pa.string()), ("occurred_at", pa.string()),
     ("event_id", pa.string()),
 ])
+_MESSAGE_FIELDS = pa.struct(list(MESSAGE_SCHEMA)[3:])  # what `normalise` returns, in its order
 
 
 class Malformed(ValueError):
@@ -250,6 +253,16 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
 
 
+def _normalised(record: Any, mapping: SourceMapping) -> tuple | Malformed:
+    """`normalise` of a parsed record (or the Malformed it already is), with the reason as a value."""
+    if isinstance(record, Malformed):
+        return record
+    try:
+        return normalise(record, mapping)
+    except Malformed as exc:
+        return exc
+
+
 # one decoder for every line (json.loads with options would build a new one per call)
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=Decimal)
 
@@ -275,28 +288,107 @@ def _raw(data: bytes | str) -> str:
     return data[:RAW_LIMIT]
 
 
-def _jsonl_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
-    """(line number, raw, parsed record or Malformed) for each line of a JSON Lines file."""
+def _json_lines(data: bytes) -> list[bytes]:
+    """The lines of a JSON Lines file, without their line ends (line i + 1 is element i)."""
     if data.startswith(BOM):  # a UTF-8 byte order mark at the start of the file is not part of line 1
         data = data[len(BOM):]
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    for number, raw in enumerate(lines, start=1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
+    return [raw[:-1] if raw.endswith(b"\r") else raw for raw in lines]
+
+
+def _jsonl_record(raw: bytes, mapping: SourceMapping) -> Any:
+    """One line parsed by the per-line path, or Malformed with its reason."""
+    try:
+        if len(raw) > mapping.max_record_bytes:
+            raise Malformed(f"record is {len(raw)} bytes, over max_record_bytes {mapping.max_record_bytes}")
         try:
-            if len(raw) > mapping.max_record_bytes:
-                raise Malformed(f"record is {len(raw)} bytes, over max_record_bytes {mapping.max_record_bytes}")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise Malformed(f"invalid UTF-8 at byte {exc.start}") from None
-            if not text.strip():
-                raise Malformed("empty line")
-            yield number, raw, _parse_json_line(text)
-        except Malformed as exc:
-            yield number, raw, exc
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Malformed(f"invalid UTF-8 at byte {exc.start}") from None
+        if not text.strip():
+            raise Malformed("empty line")
+        return _parse_json_line(text)
+    except Malformed as exc:
+        return exc
+
+
+# The fast path (issue 13): a line whose record is plainly well formed is decoded by msgspec straight into
+# its fields, typed and bounded as a message needs them; any other line takes the per-line path, which
+# judges it and words the reason. msgspec accepts a subset of what `_DECODER` accepts and decodes it to
+# the same values (floats as Decimal from their own digits, big integers exactly, the last of duplicate
+# keys); it refuses lone surrogates, which `_DECODER` keeps. Its sorted encoder writes `canonical_json`'s
+# text (`encode_basestring`'s escapes, `str` of ints and Decimals). tests/test_inspect_differential.py
+# holds the two paths to the frozen per-line normaliser.
+_PLAIN_ID_CHARS = MAX_ID_BYTES // 4  # no text of this many characters is over MAX_ID_BYTES in UTF-8
+_PlainId = Annotated[str, msgspec.Meta(min_length=1, max_length=_PLAIN_ID_CHARS)]
+_CANONICAL_ENCODER = msgspec.json.Encoder(order="sorted", decimal_format="number")
+
+
+def _plain_decoder(mapping: SourceMapping) -> msgspec.json.Decoder | None:
+    """A decoder of the records the fast path takes under `mapping`: every mapped field a distinct top-level
+    key, no other key, ids plain strings, seq an integer in range. None when the mapping has dotted paths,
+    a composite stream id or a source name that is no plain identifier: every line takes the per-line path."""
+    keys = {"stream_id": mapping.stream_id, "stream_type": mapping.stream_type, "seq": mapping.seq,
+            "event_type": mapping.event_type, "payload": mapping.payload, "occurred_at": mapping.occurred_at,
+            "event_id": mapping.event_id}
+    name = mapping.name
+    if (not all(isinstance(key, str) and "." not in key for key in keys.values())
+            or len(set(keys.values())) < len(keys) or not 0 < len(name) <= _PLAIN_ID_CHARS or not name.isprintable()):
+        return None
+    record = msgspec.defstruct("PlainRecord", [
+        ("stream_id", _PlainId), ("stream_type", _PlainId, name),
+        ("seq", Annotated[int, msgspec.Meta(ge=mapping.first_seq, le=MAX_SEQ)]), ("event_type", _PlainId),
+        ("payload", Any, msgspec.UNSET), ("occurred_at", str | None, None), ("event_id", _PlainId | None, None),
+    ], rename=keys, forbid_unknown_fields=True, kw_only=True, gc=False)  # an unmapped key: per-line path
+    return msgspec.json.Decoder(record, float_hook=Decimal)  # floats keep their digits, as in `_DECODER`
+
+
+def _plain_message(raw: bytes, decoder: msgspec.json.Decoder, max_record_bytes: int) -> tuple | None:
+    """The message `normalise` would make of a plainly well-formed line; None for any other line."""
+    # A line msgspec accepts holds two brackets per level, so only a longer one can be nested too deep.
+    if len(raw) > max_record_bytes or (len(raw) > 2 * MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH):
+        return None
+    try:
+        record = decoder.decode(raw)
+    except ValueError:  # msgspec's DecodeError, or UnicodeDecodeError: the per-line path says why
+        return None
+    if not (record.stream_id + record.stream_type + record.event_type + (record.event_id or "")).isprintable():
+        return None  # perhaps a control character
+    payload = "{}" if record.payload is msgspec.UNSET else _CANONICAL_ENCODER.encode(record.payload).decode()
+    return (record.stream_id, record.stream_type, record.seq, record.event_type, payload, record.occurred_at,
+            record.event_id)
+
+
+def _inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
+    """Every line through the fast path in one pass, then only the lines it left through the per-line path."""
+    raws = _json_lines(data)
+    decoder = _plain_decoder(mapping)
+    limit = mapping.max_record_bytes
+    messages = [_plain_message(raw, decoder, limit) for raw in raws] if decoder else [None] * len(raws)
+    malformed = []
+    for i in _positions_of_none(messages):
+        outcome = _normalised(_jsonl_record(raws[i], mapping), mapping)
+        if type(outcome) is tuple:
+            messages[i] = outcome
+        else:
+            malformed.append((i + 1, _raw(raws[i]), str(outcome)))
+    lines = range(1, len(raws) + 1)
+    if malformed:  # the lines that are messages (a message is a non-empty tuple, a malformed line still None)
+        lines, messages = list(compress(lines, messages)), list(filter(None, messages))
+    return _inspected(batch_id, entry_idx, lines, messages, malformed)
+
+
+def _positions_of_none(items: list) -> Iterator[int]:
+    """Where `items` holds None, in order (list.index finds each in C: they are few)."""
+    position = -1
+    while True:
+        try:
+            position = items.index(None, position + 1)
+        except ValueError:
+            return
+        yield position
 
 
 def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
@@ -338,7 +430,7 @@ def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, byt
             payload = record.get(mapping.payload)
             if isinstance(payload, str):
                 record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
-            yield number, raw, record
+            yield number, raw, _normalised(record, mapping)
         except Malformed as exc:
             yield number, raw.encode("utf-8", "surrogateescape"), exc
 
@@ -402,7 +494,7 @@ def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, 
                     raise Malformed(f"record is {size} bytes, over max_record_bytes {mapping.max_record_bytes}")
                 if isinstance(payload, str):
                     record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
-                yield number, _raw(json.dumps(record, default=str)), record
+                yield number, _raw(json.dumps(record, default=str)), _normalised(record, mapping)
             except Malformed as exc:
                 yield number, _raw(json.dumps(record, default=str)), exc
 
@@ -418,51 +510,52 @@ class InspectedBatch:
         return self.messages.num_rows + len(self.malformed)
 
 
-def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
-    """Normalise every record of a landing file. Raises RejectedFile when the file is unreadable."""
+def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping,
+                 data: bytes | None = None) -> InspectedBatch:
+    """Normalise every record of a landing file. Raises RejectedFile when the file is unreadable.
+    `data`: its content when the caller has read it already (ingest hashes it); Parquet is read from `path`."""
     fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise RejectedFile(f"unsupported file type {path.suffix!r} (expected .jsonl, .csv or .parquet)")
     if fmt == "parquet":
-        records = _parquet_records(path, mapping)
-    else:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
-        if not data:
-            raise RejectedFile("the file is empty (0 bytes): nothing to ingest")
-        records = _jsonl_records(data, mapping) if fmt == "jsonl" else _csv_records(data, mapping)
-    return inspect_records(records, batch_id, entry_idx, mapping)
+        return inspect_records(_parquet_records(path, mapping), batch_id, entry_idx)
+    try:
+        data = path.read_bytes() if data is None else data
+    except OSError as exc:
+        raise RejectedFile(f"file cannot be read: {exc.strerror}") from None
+    if not data:
+        raise RejectedFile("the file is empty (0 bytes): nothing to ingest")
+    if fmt == "jsonl":
+        return _inspect_json_lines(data, batch_id, entry_idx, mapping)
+    return inspect_records(_csv_records(data, mapping), batch_id, entry_idx)
 
 
 def inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
     """A JSON Lines batch held in memory, inspected exactly as the same bytes in a landing file."""
-    return inspect_records(_jsonl_records(data, mapping), batch_id, entry_idx, mapping)
+    return _inspect_json_lines(data, batch_id, entry_idx, mapping)
 
 
-def inspect_records(records: Iterable[tuple[int, bytes | str, Any]], batch_id: str, entry_idx: int,
-                    mapping: SourceMapping) -> InspectedBatch:
-    """(line, raw text, parsed record or Malformed) of one batch -> its messages and malformed lines."""
-    columns: list[list] = [[] for _ in range(8)]
+def inspect_records(records: Iterable[tuple[int, bytes | str, tuple | Malformed]], batch_id: str,
+                    entry_idx: int) -> InspectedBatch:
+    """(line, raw text, message or Malformed) of one batch -> its messages table and malformed lines."""
+    lines: list[int] = []
+    messages: list[tuple] = []
     malformed: list[tuple[int, str, str]] = []
-    for number, raw, record in records:
-        if isinstance(record, Malformed):
-            malformed.append((number, _raw(raw), str(record)))
-            continue
-        try:
-            values = normalise(record, mapping)
-        except Malformed as exc:
-            malformed.append((number, _raw(raw), str(exc)))
-            continue
-        columns[0].append(number)
-        for i, value in enumerate(values, start=1):
-            columns[i].append(value)
-    n = len(columns[0])
-    table = pa.table([
-        pa.array([entry_idx] * n, pa.int64()), pa.array([batch_id] * n, pa.string()),
-        pa.array(columns[0], pa.int64()), pa.array(columns[1], pa.string()), pa.array(columns[2], pa.string()),
-        pa.array(columns[3], pa.int64()), pa.array(columns[4], pa.string()), pa.array(columns[5], pa.string()),
-        pa.array(columns[6], pa.string()), pa.array(columns[7], pa.string()),
-    ], schema=MESSAGE_SCHEMA)
+    for number, raw, message in records:
+        if type(message) is tuple:
+            lines.append(number)
+            messages.append(message)
+        else:
+            malformed.append((number, _raw(raw), str(message)))
+    return _inspected(batch_id, entry_idx, lines, messages, malformed)
+
+
+def _inspected(batch_id: str, entry_idx: int, lines: Sequence[int], messages: list[tuple],
+               malformed: list[tuple[int, str, str]]) -> InspectedBatch:
+    """The batch of these messages (each at its line) and malformed lines."""
+    n = len(lines)
+    # Arrow takes the tuples apart itself (a struct array, flattened): no Python list per column
+    fields = pa.array(messages, _MESSAGE_FIELDS).flatten()
+    table = pa.table([pa.repeat(pa.scalar(entry_idx, pa.int64()), n), pa.repeat(pa.scalar(batch_id, pa.string()), n),
+                      pa.array(lines, pa.int64()), *fields], schema=MESSAGE_SCHEMA)
     return InspectedBatch(batch_id, table, malformed)
