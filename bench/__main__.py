@@ -48,7 +48,7 @@ def plan(args: argparse.Namespace) -> list[list[dict]]:
     defaults = QUICK if args.quick else FULL
     sizes = sorted({int(s.replace("_", "")) for s in args.sizes.split(",")}) if args.sizes else defaults["sizes"]
     inc = args.incremental_events or defaults["incremental"]
-    ends = {sizes[0], sizes[-1]}  # bulk, the DuckDB peer and incremental run at the smallest and largest
+    ends = {sizes[0], sizes[-1]}  # bulk, both peers and incremental run at the smallest and largest
     size_tasks = [{"kind": "size", "events": n, "peer": n in ends, "incremental": inc if n in ends else 0}
                   for n in sizes]
     other = [{"kind": "tick", "streams": args.tick_streams or defaults["tick"]},

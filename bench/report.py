@@ -16,6 +16,7 @@ TARGETS = {
     "prior_art_ratio": (">=", 100),
     "peak_rss_gib": ("<=", 6.0),
     "scaling_ratio": ("<=", 1.3),
+    "state_peer_ratio": (">=", 2.0),
 }
 
 
@@ -51,6 +52,7 @@ def summarise(results: dict) -> dict:
                              "duckdb_s": s["peer"]["duckdb"]["wall_s"], "ratio": s["peer"]["ratio"],
                              "counts_match": s["peer"]["counts_match"], "inorder_counts": s["peer"]["inorder"]["counts"],
                              "duckdb_counts": s["peer"]["duckdb"]["counts"]} for s in sizes if "peer" in s]
+    cases["spark_state_peer"] = [_spark_peer_case(s["events"], s["state_peer"]) for s in sizes if "state_peer" in s]
     if prior:
         inorder_rate = largest["bulk"]["events_per_s"] if largest else float("nan")
         cases["prior_art"] = {
@@ -72,6 +74,15 @@ def summarise(results: dict) -> dict:
     cases["scaling"] = [{"events": s["events"], "s_per_million": s["bulk"]["wall_s"] / (s["events"] / 1e6),
                          "floor_s_per_million": s["floor"]["wall_s"] / (s["events"] / 1e6)} for s in sizes]
     return cases
+
+
+def _spark_peer_case(events: int, result: dict) -> dict:
+    peer = result["peer"]
+    return {"events": events, "inorder_ordering_s": result["inorder"]["wall_s"], "peer_s": peer["wall_s"],
+            "ratio": result["ratio"], "equal": result["equal"], "streams_differing": result["streams_differing"],
+            "micro_batches": peer["micro_batches"], "entries": peer["entries"],
+            "inorder_counts": result["inorder"]["counts"], "peer_counts": peer["counts"],
+            "not_expressed": result["not_expressed"]}
 
 
 def table_rows(cases: dict) -> list[dict]:
@@ -102,6 +113,10 @@ def table_rows(cases: dict) -> list[dict]:
     for p in cases.get("duckdb_peer", []):
         row(f"3 DuckDB peer {p['events']:,}", f"inorder ordering {p['inorder_ordering_s']:.1f} s / DuckDB "
                                               f"{p['duckdb_s']:.1f} s; counts match: {p['counts_match']}", p["ratio"])
+    for p in cases.get("spark_state_peer", []):
+        row(f"8 Spark peer {p['events']:,}", f"peer / inorder: transformWithStateInPandas {p['peer_s']:.1f} s / "
+                                             f"inorder ordering {p['inorder_ordering_s']:.1f} s; counts and "
+                                             f"watermarks equal: {p['equal']}", p["ratio"], "state_peer_ratio")
     if "prior_art" in cases:
         p = cases["prior_art"]
         row(f"4 prior art {p['sample_events']:,}",
