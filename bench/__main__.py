@@ -50,7 +50,10 @@ def plan(args: argparse.Namespace) -> list[list[dict]]:
     sizes = sorted({int(s.replace("_", "")) for s in args.sizes.split(",")}) if args.sizes else defaults["sizes"]
     inc = args.incremental_events or defaults["incremental"]
     ends = {sizes[0], sizes[-1]}  # bulk, the DuckDB peer and incremental run at the smallest and largest
-    size_tasks = [{"kind": "size", "events": n, "peer": n in ends, "incremental": inc if n in ends else 0}
+    # the Spark peer takes about 12 min per million events on 2 cores (2 h at 10M): the suite runs it at the
+    # smallest size; `python -m bench.state_peer --events N` runs it alone at any size
+    size_tasks = [{"kind": "size", "events": n, "peer": n in ends, "state_peer": n == sizes[0],
+                   "incremental": inc if n in ends else 0}
                   for n in sizes]
     other = [{"kind": "tick", "streams": args.tick_streams or defaults["tick"]},
              {"kind": "prior_art", "events": args.prior_events or defaults["prior"]}]

@@ -1,4 +1,4 @@
-"""Case 8, freshness: one batch (10k events) landed on the bank store (1M events), timed until its views
+"""Case 9, freshness: one batch (10k events) landed on the bank store (1M events), timed until its views
 are committed, three ways, each over ROUNDS rounds (medians):
 
 - `cli`: `inorder run` in a new process, from its start to its exit; once with the home's warm Spark

@@ -158,11 +158,11 @@ def _run(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> None:
     con.execute(sql, used or None)
 
 
-def inorder_ordering(spark: SparkSession, home: Home, sampler: RssSampler) -> dict:
-    """Project every archived entry of `home` for the handler-less view: the engine's ordering alone."""
+def inorder_ordering(spark: SparkSession, home: Home, sampler: RssSampler, view: View = ORDERING_VIEW) -> dict:
+    """Project every archived entry of `home` for a handler-less view: the engine's ordering alone."""
     started = time.perf_counter()
     with sampler.phase("ordering"):
-        stats = project_views(spark, home, (*BANK_VIEWS, ORDERING_VIEW), [ORDERING_VIEW])
+        stats = project_views(spark, home, (*BANK_VIEWS, view), [view])
     seconds = time.perf_counter() - started
     con = open_read_only(home)
     try:
@@ -171,7 +171,7 @@ def inorder_ordering(spark: SparkSession, home: Home, sampler: RssSampler) -> di
                       sum(gaps_skipped),
                       (SELECT count(*) FROM inorder.pending WHERE view = $1),
                       (SELECT sum(last_seq) FROM inorder.watermarks WHERE view = $1)
-               FROM inorder.batches WHERE view = $1""", [ORDERING_VIEW.name]).fetchone()
+               FROM inorder.batches WHERE view = $1""", [view.name]).fetchone()
     finally:
         con.close()
     return {"wall_s": seconds, "spark_s": stats.spark_seconds, "commit_s": stats.commit_seconds,

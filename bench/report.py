@@ -21,6 +21,7 @@ TARGETS = {
     "freshness_cli_warm_s": ("<=", 4.0),
     "freshness_cli_cold_s": ("<=", 12.0),
     "freshness_dagster_s": ("<=", 10.0),
+    "state_peer_ratio": (">=", 2.0),
 }
 
 
@@ -57,6 +58,7 @@ def summarise(results: dict) -> dict:
                              "duckdb_s": s["peer"]["duckdb"]["wall_s"], "ratio": s["peer"]["ratio"],
                              "counts_match": s["peer"]["counts_match"], "inorder_counts": s["peer"]["inorder"]["counts"],
                              "duckdb_counts": s["peer"]["duckdb"]["counts"]} for s in sizes if "peer" in s]
+    cases["spark_state_peer"] = [_spark_peer_case(s["events"], s["state_peer"]) for s in sizes if "state_peer" in s]
     if prior:
         inorder_rate = largest["bulk"]["events_per_s"] if largest else float("nan")
         cases["prior_art"] = {
@@ -80,6 +82,15 @@ def summarise(results: dict) -> dict:
     cases["scaling"] = [{"events": s["events"], "s_per_million": s["bulk"]["wall_s"] / (s["events"] / 1e6),
                          "floor_s_per_million": s["floor"]["wall_s"] / (s["events"] / 1e6)} for s in sizes]
     return cases
+
+
+def _spark_peer_case(events: int, result: dict) -> dict:
+    peer = result["peer"]
+    return {"events": events, "inorder_ordering_s": result["inorder"]["wall_s"], "peer_s": peer["wall_s"],
+            "ratio": result["ratio"], "equal": result["equal"], "streams_differing": result["streams_differing"],
+            "micro_batches": peer["micro_batches"], "entries": peer["entries"],
+            "inorder_counts": result["inorder"]["counts"], "peer_counts": peer["counts"],
+            "not_expressed": result["not_expressed"]}
 
 
 def table_rows(cases: dict) -> list[dict]:
@@ -110,6 +121,10 @@ def table_rows(cases: dict) -> list[dict]:
     for p in cases.get("duckdb_peer", []):
         row(f"3 DuckDB peer {p['events']:,}", f"inorder ordering {p['inorder_ordering_s']:.1f} s / DuckDB "
                                               f"{p['duckdb_s']:.1f} s; counts match: {p['counts_match']}", p["ratio"])
+    for p in cases.get("spark_state_peer", []):
+        row(f"8 Spark peer {p['events']:,}", f"peer / inorder: transformWithStateInPandas {p['peer_s']:.1f} s / "
+                                             f"inorder ordering {p['inorder_ordering_s']:.1f} s; counts and "
+                                             f"watermarks equal: {p['equal']}", p["ratio"], "state_peer_ratio")
     if "prior_art" in cases:
         p = cases["prior_art"]
         row(f"4 prior art {p['sample_events']:,}",
@@ -141,7 +156,7 @@ def table_rows(cases: dict) -> list[dict]:
         if key in fresh:
             result = fresh[key]
             parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in result["parts_median"].items())
-            row(f"8 freshness {fresh['batch_events']:,} onto {fresh['store_events']:,}",
+            row(f"9 freshness {fresh['batch_events']:,} onto {fresh['store_events']:,}",
                 f"{label}: median of {fresh['rounds']} s ({parts})", result[median], target)
     return rows
 

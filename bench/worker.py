@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import bulk, data, freshness, incremental, peer, prior_art, tick
+from bench import bulk, data, freshness, incremental, peer, prior_art, state_peer, tick
 from bench.measure import RssSampler, timer
 from pipelines.run import run
 from pipelines.spark import spark_session
@@ -67,6 +67,13 @@ def size_task(spark, task: dict, work: Path, cache: Path, spark_start_s: float, 
         p = result["peer"]
         say(f"  inorder {p['inorder']['wall_s']:.1f} s, DuckDB {p['duckdb']['wall_s']:.1f} s, "
             f"counts match: {p['counts_match']}")
+    if task.get("state_peer") and task.get("peer"):
+        say("ordering core: the Spark peer (transformWithStateInPandas, RocksDB state), same archive")
+        # inorder's side is the projection case 3 just measured: the view is committed on this home now
+        result["state_peer"] = spark_peer = state_peer.run(spark, home, root / "state-peer", sampler,
+                                                           inorder=result["peer"]["inorder"])
+        say(f"  inorder {spark_peer['inorder']['wall_s']:.1f} s, Spark peer {spark_peer['peer']['wall_s']:.1f} s "
+            f"({spark_peer['peer']['micro_batches']} micro-batches), equal: {spark_peer['equal']}")
     shutil.rmtree(root, ignore_errors=True)
     return result
 

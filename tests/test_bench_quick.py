@@ -16,7 +16,7 @@ from scripts.cluster import QUICK_JVM
 pytestmark = pytest.mark.long  # scripts/reliability.sh runs it; CI's budget does not hold it
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ("bulk", "floor", "duckdb_peer", "prior_art", "incremental", "tick", "scaling")
+CASES = ("bulk", "floor", "duckdb_peer", "spark_state_peer", "prior_art", "incremental", "tick", "scaling")
 
 
 def test_bench_quick_writes_every_case(tmp_path: Path) -> None:
@@ -35,6 +35,7 @@ def test_bench_quick_writes_every_case(tmp_path: Path) -> None:
         assert latest["cases"].get(case), f"case {case} missing from the results"
     assert [s["events"] for s in latest["cases"]["scaling"]] == [300, 600]
     assert latest["cases"]["duckdb_peer"][0]["counts_match"], latest["cases"]["duckdb_peer"]
+    assert all(p["equal"] for p in latest["cases"]["spark_state_peer"]), latest["cases"]["spark_state_peer"]
     assert latest["cases"]["prior_art"]["counts_match"], latest["cases"]["prior_art"]["check"]
     assert latest["cases"]["tick"]["timed_out_as_expected"]
     assert all(b["conserved"] for b in latest["cases"]["bulk"])
