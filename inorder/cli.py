@@ -284,7 +284,39 @@ def cmd_publish(args: argparse.Namespace) -> None:
     print(f"published {describe(done)}" if done else "every view is published up to DuckDB's newest commit")
 
 
+def cmd_spark(args: argparse.Namespace) -> None:
+    """`inorder spark start|stop|status`: the home's warm Spark Connect server (pipelines/spark_server.py)."""
+    from pipelines import spark_server
+
+    home = _home()
+    files = spark_server.ServerFiles.of(home.root)
+    if args.action == "start":
+        state, started = spark_server.start(files, args.idle_timeout * 60)
+        print(state.endpoint if started else f"already running: {state.endpoint} (pid {state.pid})")
+    elif args.action == "stop":
+        state = spark_server.stop(files)
+        print(f"stopped the warm Spark server {state.endpoint} (pid {state.pid})" if state else
+              "no warm Spark server is running")
+    else:
+        state = spark_server.running_state(files)
+        now = time.time()
+        document = {"running": state is not None, "endpoint": state and state.endpoint, "pid": state and state.pid,
+                    "jvm_pid": state and state.jvm_pid, "uptime_seconds": state and round(now - state.started_at, 1),
+                    "idle_seconds": state and round(files.idle_seconds(), 1),
+                    "idle_timeout_seconds": state and state.idle_timeout_seconds, "log": str(files.log)}
+        if args.json:
+            _print_json(document)
+        elif state:
+            print(f"running: {state.endpoint} (pid {state.pid}), up {document['uptime_seconds']:.0f}s, idle "
+                  f"{document['idle_seconds']:.0f}s of {state.idle_timeout_seconds:.0f}s; log {files.log}")
+        else:
+            print(f"not running (runs start Spark local[*]); `inorder spark start` keeps one warm for {home.root}")
+        if state is None:
+            sys.exit(3)  # as `systemctl status` does: scripts can test it
+
+
 def parser() -> argparse.ArgumentParser:
+    from pipelines.spark_server import DEFAULT_IDLE_MINUTES
     from pipelines.status import ERROR_KINDS
 
     p = argparse.ArgumentParser(prog="inorder", description=__doc__)
@@ -347,6 +379,15 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("rebuild", help="truncate a view and replay the archive")
     b.add_argument("view")
     b.set_defaults(func=cmd_rebuild)
+    k = sub.add_parser("spark", help="a warm Spark Connect server on loopback that runs of this home use")
+    k_sub = k.add_subparsers(dest="action", required=True)
+    k_start = k_sub.add_parser("start", help="start it (if none is running) and print its sc:// endpoint")
+    k_start.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_MINUTES, metavar="MINUTES",
+                         help=f"it stops by itself after this long with no run using it (default {DEFAULT_IDLE_MINUTES:g})")
+    k_sub.add_parser("stop", help="stop it and wait for its processes to end")
+    k_status = k_sub.add_parser("status", help="running or not, endpoint, uptime, idle time (exit 3: not running)")
+    k_status.add_argument("--json", **as_json)
+    k.set_defaults(func=cmd_spark)
     return p
 
 

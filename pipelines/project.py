@@ -30,7 +30,7 @@ from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.message import Message
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
-from pipelines.spark import archive_shared, is_local, ship_code, shuffle_partitions
+from pipelines.spark import archive_shared, is_local, mark_used, ship_code, shuffle_partitions
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -428,7 +428,11 @@ def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views:
     if not state_rows.num_rows and not files:
         return PassResult(table=OUTPUT_SCHEMA.empty_table())
     with store.released():
-        return _order_and_apply_in_spark(spark(), home, views, plan, first_seq, state_rows, files)
+        session = spark()
+        try:
+            return _order_and_apply_in_spark(session, home, views, plan, first_seq, state_rows, files)
+        finally:
+            mark_used(session)
 
 
 def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View], plan: PassPlan, first_seq: int,

@@ -1,5 +1,8 @@
 """The Spark session: local[*] by default, or any master / Spark Connect endpoint by configuration.
 
+With no master configured, a run uses its home's warm Spark Connect server when one is up
+(`inorder spark start`, pipelines/spark_server.py) and starts no JVM of its own.
+
 Where driver and executors differ (a `spark://`, YARN or Kubernetes master, or any Spark Connect
 endpoint), nothing assumes they share a process, a disk or an installed copy of inorder:
 `ship_code` sends the engine's code with the session, and `archive_shared` says whether the
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
+
+from pipelines.spark_server import ServerFiles, register_client
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -65,11 +70,15 @@ def env_conf() -> dict[str, str]:
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
     """Get (or reuse) the session. `master` is `local[*]`, `spark://host:port`, `yarn`, `k8s://…` or `sc://…`.
 
-    Read from INORDER_SPARK_MASTER when not given. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF,
+    Read from INORDER_SPARK_MASTER when not given; when that is unset too, the warm server of the home
+    (INORDER_HOME) if it is up, else `local[*]`. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF,
     then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
     DEFAULT_CONF; the server's own configuration decides the rest.
     """
-    master = master or os.environ.get("INORDER_SPARK_MASTER", "local[*]")
+    master = master or os.environ.get("INORDER_SPARK_MASTER")
+    warm_files = None if master else _home_server_files()
+    warm = warm_files and register_client(warm_files)
+    master = master or (warm.endpoint if warm else "local[*]")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -93,7 +102,25 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
+    if warm and getattr(session, "_inorder_warm", None) is None:
+        # the session's Python daemon runs in the folder of its artifacts: this file there names the
+        # process it serves, for the supervisor to end the daemon once the process has exited
+        session.addArtifacts(str(warm_files.client), file=True)
+        session._inorder_warm = warm_files
     return session
+
+
+def _home_server_files() -> ServerFiles:
+    from pipelines.store import Home
+
+    return ServerFiles.of(Home.from_env().root)
+
+
+def mark_used(spark: SparkSession) -> None:
+    """After a pass: a warm server's idle time counts from now."""
+    files = getattr(spark, "_inorder_warm", None)
+    if files is not None:
+        files.mark_used()
 
 
 @contextlib.contextmanager
@@ -178,8 +205,11 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 def is_local(spark: SparkSession) -> bool:
-    """A classic session on a `local[…]` master: its executors are threads of this process."""
-    return not is_connect(spark) and spark.sparkContext.master.startswith("local")
+    """Do driver and executors share this machine's files? A classic session on a `local[…]` master
+    (its executors are threads of this process), or a session of the home's warm server (on loopback)."""
+    if is_connect(spark):
+        return getattr(spark, "_inorder_warm", None) is not None
+    return spark.sparkContext.master.startswith("local")
 
 
 def _flag(name: str) -> bool | None:
@@ -231,10 +261,13 @@ def ship_code(spark: SparkSession) -> Path | None:
     """Send this process's copy of `pipelines/` and of the view modules to the executors, once per session.
 
     Executors then run the same handlers as the driver whether or not inorder is installed there.
-    Skipped for local sessions (executors share this process), and when INORDER_SHIP_CODE=0
-    (inorder is installed on every executor at the driver's version)."""
+    Skipped for classic local sessions (executors share this process), and when INORDER_SHIP_CODE=0
+    (inorder is installed on every executor at the driver's version). A warm server gets the code:
+    its Python workers were started for another process, with its INORDER_VIEWS and sys.path, and
+    must run this process's copy of the views, edited or not since the server started (each Connect
+    session has Python workers of its own, with its artifacts first on their path)."""
     ship = _flag("INORDER_SHIP_CODE")
-    if ship is False or (ship is None and is_local(spark)):
+    if ship is False or (ship is None and not is_connect(spark) and is_local(spark)):
         return None
     holder = spark if is_connect(spark) else spark.sparkContext
     path = code_zip()

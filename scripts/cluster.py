@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,10 +25,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyspark
+from pipelines.spark_server import LOOPBACK as HOST
+from pipelines.spark_server import free_port, group_alive, port_open, spark_home
 
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-HOST = "127.0.0.1"
+SPARK_HOME = spark_home()
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 # Short-lived JVMs on a small machine: C1 only and the serial collector halve start-up CPU
@@ -54,34 +53,6 @@ def event_log_conf(folder: Path) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": folder.resolve().as_uri(),
             "spark.eventLog.compress": "false"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((HOST, port)) == 0
-
-
-def _group_alive(pgid: int) -> bool:
-    """Is any process of the group running? The leader is reaped first when it is our child:
-    an exited but unreaped leader (a zombie) would still count as a member."""
-    try:
-        os.waitpid(pgid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -121,7 +92,7 @@ class Cluster:
         self.state_file.write_text(json.dumps(self.state, indent=2))
 
     def alive(self) -> dict[str, bool]:
-        return {name: _group_alive(pgid) for name, pgid in self.state.get("pids", {}).items()}
+        return {name: group_alive(pgid) for name, pgid in self.state.get("pids", {}).items()}
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -153,7 +124,7 @@ class Cluster:
         try:
             self._launch("master", [spark_class, MASTER_CLASS, "--host", HOST, "--port", str(ports["master_port"]),
                                     "--webui-port", str(ports["master_ui_port"])])
-            self._wait(lambda: _port_open(ports["master_port"]), timeout, "the master to listen")
+            self._wait(lambda: port_open(ports["master_port"]), timeout, "the master to listen")
             for i in range(1, self.workers + 1):
                 self._launch(f"worker-{i}", [
                     spark_class, WORKER_CLASS, "--host", HOST, "--cores", str(self.worker_cores),
@@ -168,7 +139,7 @@ class Cluster:
             for key, value in conf.items():
                 argv += ["--conf", f"{key}={value}"]
             self._launch("connect", argv)
-            self._wait(lambda: _port_open(ports["connect_port"]), timeout, "the Connect server to listen")
+            self._wait(lambda: port_open(ports["connect_port"]), timeout, "the Connect server to listen")
         except BaseException:
             self.stop()
             raise
@@ -193,14 +164,14 @@ class Cluster:
     def stop(self, timeout: float = 20.0) -> list[str]:
         """SIGTERM every recorded process group, SIGKILL what is left after `timeout`; returns their names."""
         pids = self.state.get("pids", {})
-        stopped = {name: pgid for name, pgid in pids.items() if _group_alive(pgid)}
+        stopped = {name: pgid for name, pgid in pids.items() if group_alive(pgid)}
         for pgid in stopped.values():
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while any(_group_alive(pgid) for pgid in stopped.values()) and time.monotonic() < deadline:
+        while any(group_alive(pgid) for pgid in stopped.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
         for pgid in stopped.values():
-            if _group_alive(pgid):
+            if group_alive(pgid):
                 os.killpg(pgid, signal.SIGKILL)
         if self.state_file.exists():
             self.state_file.unlink()

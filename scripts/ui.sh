@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything, makes the demo data if there is none (DOMAIN=bank|shop), and opens the Dagster UI on it
-# (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME). Ctrl-C stops it.
+# (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME), with a warm Spark server for its runs
+# (`inorder spark start`; stopped with the UI unless it was running before). Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,4 +14,8 @@ fi
 . .venv/bin/activate
 export DAGSTER_HOME="${DAGSTER_HOME:-$INORDER_HOME/dagster}"
 python -c "from inorder.dagster_runs import dagster_home; from pipelines.store import Home; dagster_home(Home.from_env())"
-exec dagster dev -h 127.0.0.1 -p "${PORT:-3000}"
+if ! inorder spark status >/dev/null; then  # exit 3: not running
+  inorder spark start
+  trap 'inorder spark stop' EXIT
+fi
+dagster dev -h 127.0.0.1 -p "${PORT:-3000}"

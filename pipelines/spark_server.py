@@ -1,0 +1,387 @@
+"""A warm Spark for the embedded default: `inorder spark start|stop|status`.
+
+`start` runs a local Spark Connect server from pyspark's own distribution, bound to 127.0.0.1, so
+that runs of this home connect to it (pipelines/spark.py) instead of starting a JVM each. It is a
+small supervisor process, detached in its own session, whose child is the server's JVM; the
+supervisor stops the JVM (and its Python workers) on SIGTERM, or once no run has used it for the
+idle timeout, and removes the state file on its way out.
+
+Files, in HOME/spark/:
+- server.json: the ServerState, written once the port accepts connections; no file, no server;
+- last-used: its mtime is when a run last opened a session or finished a pass;
+- clients/inorder-client-<pid>: one per process with a session on the server. The same file is
+  uploaded to the session as an artifact, so it lands in the working folder of the session's Python
+  daemon: that is how the supervisor finds, and ends, the daemon of a process that has exited
+  (Spark 4.3 keeps every Connect session's daemon and workers until the JVM stops);
+- server.log: the supervisor's lines and the JVM's output.
+
+Linux /proc is read to find the JVM's Python daemons; elsewhere they stay until the server stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+LOOPBACK = "127.0.0.1"
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_IDLE_MINUTES = 30.0
+START_WAIT_SECONDS = 180.0
+STOP_WAIT_SECONDS = 60.0
+CLIENT_PREFIX = "inorder-client-"
+
+
+def spark_home() -> Path:
+    """The installed pyspark package folder: a whole Spark distribution (bin/, jars/), without importing it."""
+    return Path(importlib.util.find_spec("pyspark").submodule_search_locations[0]).resolve()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((LOOPBACK, port)) == 0
+
+
+def group_alive(pgid: int) -> bool:
+    """Is any process of the group running? The leader is reaped first when it is our child:
+    an exited but unreaped leader (a zombie) would still count as a member."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, os.WNOHANG)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_alive(pid: int) -> bool:
+    """A zombie (exited, not yet reaped by a parent that may never reap it) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] != "Z"
+    return True
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What server.json holds about a running server."""
+
+    pid: int  # the supervisor's, leader of the server's process group
+    jvm_pid: int
+    port: int
+    started_at: float  # epoch seconds
+    idle_timeout_seconds: float
+    log: str
+
+    @property
+    def endpoint(self) -> str:
+        return f"sc://{LOOPBACK}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ServerFiles:
+    folder: Path
+
+    @classmethod
+    def of(cls, home_root: Path) -> "ServerFiles":
+        return cls(home_root / "spark")
+
+    @property
+    def state(self) -> Path:
+        return self.folder / "server.json"
+
+    @property
+    def last_used(self) -> Path:
+        return self.folder / "last-used"
+
+    @property
+    def clients(self) -> Path:
+        return self.folder / "clients"
+
+    @property
+    def client(self) -> Path:
+        """This process's client file."""
+        return self.clients / f"{CLIENT_PREFIX}{os.getpid()}"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "server.log"
+
+    @property
+    def start_lock(self) -> Path:
+        return self.folder / "start.lock"
+
+    def read_state(self) -> ServerState | None:
+        try:
+            return ServerState(**json.loads(self.state.read_text()))
+        except (OSError, ValueError, TypeError):  # none, or half of one from a killed supervisor
+            return None
+
+    def write_state(self, state: ServerState) -> None:
+        partial = self.state.with_suffix(".tmp")
+        partial.write_text(json.dumps(asdict(state), indent=2))
+        partial.replace(self.state)  # readers never see half of it
+
+    def idle_seconds(self) -> float:
+        try:
+            return max(0.0, time.time() - self.last_used.stat().st_mtime)
+        except FileNotFoundError:
+            return 0.0
+
+    def mark_used(self) -> None:
+        self.last_used.touch()
+
+
+def running_state(files: ServerFiles) -> ServerState | None:
+    """The server's state when it is up: state file present, supervisor alive, port accepting."""
+    state = files.read_state()
+    if state is None or not process_alive(state.pid) or not port_open(state.port):
+        return None
+    return state
+
+
+def register_client(files: ServerFiles) -> ServerState | None:
+    """For a process about to open a session: the running server, with the process's client file
+    made, or None (and no client file) when no server is up. The file is made before the server is
+    checked, and the supervisor removes server.json before it checks for clients when it stops on
+    idle, so a server is never stopped under a run that saw it up."""
+    if not files.state.exists():
+        return None
+    files.clients.mkdir(parents=True, exist_ok=True)
+    files.client.touch()
+    state = running_state(files)
+    if state is None:
+        files.client.unlink(missing_ok=True)
+        return None
+    files.mark_used()
+    return state
+
+
+def start(files: ServerFiles, idle_timeout_seconds: float, wait_seconds: float = START_WAIT_SECONDS
+          ) -> tuple[ServerState, bool]:
+    """Start the supervisor and wait until the server accepts connections; (state, False) when one is
+    running already. Concurrent starts queue on a lock file."""
+    from pipelines.store import take_lock
+
+    files.folder.mkdir(parents=True, exist_ok=True)
+    lock = take_lock(files.start_lock, wait_seconds, f"another `inorder spark start` is running for {files.folder}")
+    try:
+        state = running_state(files)
+        if state is not None:
+            return state, False
+        files.state.unlink(missing_ok=True)  # a killed supervisor's
+        with open(files.log, "ab") as log:  # the supervisor keeps its own descriptor
+            supervisor = subprocess.Popen(
+                [sys.executable, "-m", "pipelines.spark_server", str(files.folder), str(idle_timeout_seconds)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)  # no terminal's Ctrl-C or hang-up reaches it, and `stop` ends the group
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            state = files.read_state()
+            if state is not None and state.pid == supervisor.pid:
+                return state, True
+            if supervisor.poll() is not None:
+                raise RuntimeError(f"the Spark Connect server did not start (exit {supervisor.returncode}): "
+                                   f"{_last_line(files.log)} (see {files.log})")
+            if time.monotonic() > deadline:
+                os.killpg(supervisor.pid, signal.SIGTERM)
+                raise TimeoutError(f"the Spark Connect server did not accept connections in {wait_seconds:.0f}s "
+                                   f"(see {files.log})")
+            time.sleep(0.1)
+    finally:
+        os.close(lock)
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else "no output"
+
+
+def stop(files: ServerFiles, wait_seconds: float = STOP_WAIT_SECONDS) -> ServerState | None:
+    """SIGTERM to the supervisor, which stops the JVM; waits until the group and the JVM's Python
+    workers are gone (SIGKILL after `wait_seconds`). Returns the stopped server's state, or None."""
+    state = files.read_state()
+    if state is None or not process_alive(state.pid):
+        files.state.unlink(missing_ok=True)
+        return None
+    os.killpg(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_seconds
+    while group_alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if group_alive(state.pid):
+        os.killpg(state.pid, signal.SIGKILL)
+    files.state.unlink(missing_ok=True)
+    return state
+
+
+# --- the supervisor (python -m pipelines.spark_server FOLDER IDLE_SECONDS) ---------------------------
+
+
+def _server_command(port: int) -> list[str]:
+    from pipelines.spark import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
+
+    conf = {**DEFAULT_CONF, **env_conf(), "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(port)}
+    if not debugging():
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
+            f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", conf.get("spark.driver.extraJavaOptions"))))
+    argv = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS, "--name", "inorder-warm"]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    return argv
+
+
+def _server_env() -> dict[str, str]:
+    # the Python workers run this interpreter: the venv inorder is installed in
+    return {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": LOOPBACK}
+
+
+def process_parents() -> dict[int, int]:
+    """pid → parent pid of every process, from /proc (empty where there is none). A JVM's children are
+    forked by many threads: no single thread's `children` list has them all."""
+    parents = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    return parents
+
+
+def _children(pid: int) -> list[int]:
+    return [child for child, parent in process_parents().items() if parent == pid]
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], _children(pid)
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += _children(child)
+    return found
+
+
+def _daemon_clients(jvm_pid: int) -> Iterator[tuple[int, int]]:
+    """(daemon pid, client pid) for each Python daemon of the JVM whose session an inorder process opened."""
+    for child in _children(jvm_pid):
+        with contextlib.suppress(OSError, ValueError):
+            if b"pyspark.daemon" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                continue
+            for name in os.listdir(f"/proc/{child}/cwd"):  # the session's artifact folder
+                if name.startswith(CLIENT_PREFIX):
+                    yield child, int(name.removeprefix(CLIENT_PREFIX))
+
+
+def _live_clients(files: ServerFiles, jvm_pid: int) -> int:
+    """Ends the Python daemons (with their workers) of clients that have exited and forgets those
+    clients; counts the live ones. A client's exit counts as its last use."""
+    for daemon, client in _daemon_clients(jvm_pid):
+        if not process_alive(client):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(daemon, signal.SIGTERM)  # the daemon leads its workers' group
+    live = 0
+    for path in files.clients.glob(f"{CLIENT_PREFIX}*") if files.clients.is_dir() else ():
+        if process_alive(int(path.name.removeprefix(CLIENT_PREFIX))):
+            live += 1
+        else:
+            path.unlink(missing_ok=True)
+            files.mark_used()
+    return live
+
+
+def _say(message: str) -> None:
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] supervisor {os.getpid()}: {message}", flush=True)
+
+
+def serve(files: ServerFiles, idle_timeout_seconds: float) -> int:
+    stopping: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda received, _frame: stopping.append(received))
+    port = free_port()
+    jvm = subprocess.Popen(_server_command(port), env=_server_env(), stdin=subprocess.DEVNULL)  # our group, our log
+    _say(f"started the JVM {jvm.pid} for sc://{LOOPBACK}:{port}, idle timeout {idle_timeout_seconds:g}s")
+    tick = min(1.0, idle_timeout_seconds / 4)
+    try:
+        while not port_open(port):
+            if stopping or jvm.poll() is not None:
+                _say(f"the JVM exited ({jvm.returncode}) before accepting connections" if not stopping else "stopped")
+                return 1
+            time.sleep(0.1)
+        _live_clients(files, jvm.pid)  # forget the clients of an earlier server
+        files.mark_used()
+        state = ServerState(os.getpid(), jvm.pid, port, time.time(), idle_timeout_seconds, str(files.log))
+        files.write_state(state)
+        _say("accepting connections")
+        while True:
+            time.sleep(tick)
+            if stopping:
+                _say(f"stopping on signal {signal.Signals(stopping[0]).name}")
+                break
+            if jvm.poll() is not None:
+                _say(f"the JVM exited ({jvm.returncode})")
+                return 1
+            if _live_clients(files, jvm.pid) == 0 and files.idle_seconds() >= idle_timeout_seconds:
+                files.state.unlink(missing_ok=True)  # first, so no new run picks the server (register_client)
+                if _live_clients(files, jvm.pid) == 0:
+                    _say(f"stopping: idle for {files.idle_seconds():.0f}s")
+                    break
+                files.write_state(state)  # a run registered meanwhile: serve it
+        return 0
+    finally:
+        files.state.unlink(missing_ok=True)
+        _stop_jvm(jvm)
+
+
+def _stop_jvm(jvm: subprocess.Popen) -> None:
+    """SIGTERM (Spark's shutdown hooks stop the Python daemons), SIGKILL after 30 s; then any of its
+    Python daemons and workers still there (they lead process groups of their own)."""
+    python_workers = _descendants(jvm.pid)
+    if jvm.poll() is None:
+        jvm.terminate()
+        try:
+            jvm.wait(30)
+        except subprocess.TimeoutExpired:
+            jvm.kill()
+            jvm.wait()
+    for pid in python_workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _say("the JVM and its Python workers are gone")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="the warm Spark server's supervisor (`inorder spark start` runs it)")
+    p.add_argument("folder", type=Path)
+    p.add_argument("idle_timeout_seconds", type=float)
+    args = p.parse_args(argv)
+    return serve(ServerFiles(args.folder), args.idle_timeout_seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
