@@ -205,6 +205,9 @@ def dagster_round(dev: DagsterDev, batch: Path) -> dict:
     instance = _instance(home)
     runs = [r for r in instance.get_run_records() if batch.stem in r.dagster_run.tags.get(
         "dagster/asset_partition_range_start", "") + r.dagster_run.tags.get("dagster/asset_partition_range_end", "")]
+    while runs and not runs[0].dagster_run.is_finished:  # its checks run after the commit: wait for its steps
+        time.sleep(0.2)
+        runs = [instance.get_run_record_by_id(runs[0].dagster_run.run_id)]
     parts = run_parts(home, [r.dagster_run.run_id for r in runs[:1]])
     if runs:
         created = runs[0].create_timestamp.timestamp()

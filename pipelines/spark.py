@@ -13,6 +13,7 @@ from the driver when they cannot).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import io
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import warnings
 import zipfile
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
-from pipelines.spark_server import ServerFiles, register_client
+from pipelines.spark_server import ServerFiles, ServerState, register_client
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -78,7 +80,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     master = master or os.environ.get("INORDER_SPARK_MASTER")
     warm_files = None if master else _home_server_files()
     warm = warm_files and register_client(warm_files)
-    master = master or (warm.endpoint if warm else "local[*]")
+    master = master or (_code_version_session(warm) if warm else "local[*]")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -108,6 +110,14 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         session.addArtifacts(str(warm_files.client), file=True)
         session._inorder_warm = warm_files
     return session
+
+
+def _code_version_session(warm: ServerState) -> str:
+    """The warm server's endpoint, with the session of this code version: every run of the same engine
+    and views (the code zip it ships) reattaches to one session, whose Python workers stay up with that
+    code imported (a pass's second in a new session); edited code gets a session, and workers, of its own."""
+    version = uuid.uuid5(uuid.NAMESPACE_URL, f"inorder:{warm.endpoint}:{warm.started_at}:{code_zip().name}")
+    return f"{warm.endpoint}/;session_id={version}"
 
 
 def _home_server_files() -> ServerFiles:
@@ -242,12 +252,19 @@ def executor_sources() -> list[Path]:
 
 def code_zip() -> Path:
     """The executors' Python files (`executor_sources`) in one zip, named by its content (written once)."""
+    files = [(source, path) for source in executor_sources()
+             for path in (sorted(source.rglob("*.py")) if source.is_dir() else [source])]
+    # zipped again only when a file changed: a run asks twice (its session's code version, then shipping)
+    return _zipped(tuple((source, path, path.stat().st_mtime_ns, path.stat().st_size) for source, path in files))
+
+
+@functools.lru_cache(maxsize=4)
+def _zipped(files: tuple[tuple[Path, Path, int, int], ...]) -> Path:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for source in executor_sources():
-            for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
-                info = zipfile.ZipInfo(path.relative_to(source.parent).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
-                archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+        for source, path, _, _ in files:
+            info = zipfile.ZipInfo(path.relative_to(source.parent).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
     target = Path(tempfile.gettempdir()) / f"inorder-code-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     if not target.exists():

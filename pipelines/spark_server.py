@@ -40,6 +40,9 @@ DEFAULT_IDLE_MINUTES = 30.0
 START_WAIT_SECONDS = 180.0
 STOP_WAIT_SECONDS = 60.0
 CLIENT_PREFIX = "inorder-client-"
+# a session's Python workers outlive its last run this long: the next run of the same code finds them
+# warm; a session of code that changed since is let go after it (Spark 4.3 would keep them to the end)
+SESSION_KEEP_SECONDS = 600.0
 
 
 def spark_home() -> Path:
@@ -246,7 +249,9 @@ def _server_command(port: int) -> list[str]:
     from pipelines.spark import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
     conf = {**DEFAULT_CONF, **env_conf(), "spark.connect.grpc.binding.address": LOOPBACK,
-            "spark.connect.grpc.binding.port": str(port)}
+            "spark.connect.grpc.binding.port": str(port),
+            # runs reattach to their code version's session (pipelines/spark.py): it lives as long as the server
+            "spark.connect.session.manager.defaultSessionTimeout": "7d"}
     if not debugging():
         conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
             f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", conf.get("spark.driver.extraJavaOptions"))))
@@ -287,22 +292,27 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _daemon_clients(jvm_pid: int) -> Iterator[tuple[int, int]]:
-    """(daemon pid, client pid) for each Python daemon of the JVM whose session an inorder process opened."""
+def _session_daemons(jvm_pid: int) -> Iterator[tuple[int, list[int], float]]:
+    """(daemon pid, client pids, newest client mark time) for each Python daemon of the JVM serving
+    a session inorder processes opened (their client files are in the session's artifact folder)."""
     for child in _children(jvm_pid):
         with contextlib.suppress(OSError, ValueError):
             if b"pyspark.daemon" not in Path(f"/proc/{child}/cmdline").read_bytes():
                 continue
-            for name in os.listdir(f"/proc/{child}/cwd"):  # the session's artifact folder
-                if name.startswith(CLIENT_PREFIX):
-                    yield child, int(name.removeprefix(CLIENT_PREFIX))
+            folder = Path(f"/proc/{child}/cwd")  # the session's artifact folder
+            marks = [path for path in folder.iterdir() if path.name.startswith(CLIENT_PREFIX)]
+            if marks:
+                yield (child, [int(m.name.removeprefix(CLIENT_PREFIX)) for m in marks],
+                       max(m.stat().st_mtime for m in marks))
 
 
 def _live_clients(files: ServerFiles, jvm_pid: int) -> int:
-    """Ends the Python daemons (with their workers) of clients that have exited and forgets those
-    clients; counts the live ones. A client's exit counts as its last use."""
-    for daemon, client in _daemon_clients(jvm_pid):
-        if not process_alive(client):
+    """Ends the Python daemons (with their workers) of sessions no live client uses and none has
+    opened for SESSION_KEEP_SECONDS (a session per code version: runs of the same code reuse its warm
+    workers), and forgets clients that have exited; counts the live ones. A client's exit counts as
+    its last use."""
+    for daemon, clients, newest in _session_daemons(jvm_pid):
+        if not any(map(process_alive, clients)) and time.time() - newest >= SESSION_KEEP_SECONDS:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(daemon, signal.SIGTERM)  # the daemon leads its workers' group
     live = 0

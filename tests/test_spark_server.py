@@ -127,13 +127,17 @@ def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_sto
     own_jvm, daemons = watched_run(warm, server["jvm_pid"])
     assert not own_jvm, "a run with the warm server up started a JVM"
     assert daemons, "no Python daemon of the warm server served the run"
-    assert gone(*daemons), "the daemon of a finished run was left running"  # the supervisor ends it
     assert local_run.result(timeout=300)[0], "the run with no server for its home started no JVM"
     assert_same_store(read_store(Home(warm), SHOP_VIEWS), read_store(Home(local), SHOP_VIEWS))
+    # a second run of the same code reattaches to its code version's session: the same warm daemon serves it
+    inorder(warm, "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "100", "--streams",
+            "5", "--batches", "1", "--seed", "7", "--prefix", "more")
+    _, again = watched_run(warm, server["jvm_pid"])
+    assert again and again <= daemons, "the second run of the same code did not reuse the warm session"
 
     stopped = inorder(warm, "spark", "stop")
     assert stopped.stdout.startswith(f"stopped the warm Spark server {endpoint}")
-    assert gone(server["pid"], server["jvm_pid"], within=5)
+    assert gone(server["pid"], server["jvm_pid"], *daemons, within=5)
     assert not (warm / "spark" / "server.json").exists()
     assert status(warm, code=3)["running"] is False
     assert inorder(warm, "spark", "stop").stdout.startswith("no warm Spark server is running")
