@@ -17,7 +17,7 @@ from assets.views import projections
 from inorder.definitions import defs
 from pipelines.run import ingest_batch
 from pipelines.status import read_status
-from pipelines.store import Home
+from pipelines.store import Home, Store
 from resources import FoldersResource, ReadStoreResource, SparkResource
 from tests.harness import assert_same_store, read_store
 from tests.reference_model import Entry, run_model
@@ -344,3 +344,42 @@ def test_each_successful_ingest_run_is_followed_by_a_projection_run(spark, tmp_p
     cli = defs.resolve_job_def("ingest_batch").execute_in_process(
         instance=instance, partition_key="b1", tags={NOW_TAG: T0.isoformat(), CLI_HOME_TAG: str(home.root)})
     assert isinstance(evaluate(cli.dagster_run), dg.SkipReason)  # `inorder run` projects in its own run
+
+
+def test_one_run_ingests_a_range_and_a_rejected_file_fails_only_its_partition(tmp_path, monkeypatch):
+    """The landing sensor's run (`ingest_and_project`) over three new files, one unreadable: the two good
+    batches are materialised with their own metadata, the bad one's partition fails with its reason, the
+    run stops before projecting, and `project_after_rejection` asks for the projection of what it archived."""
+    from assets.sensors import project_after_rejection
+
+    home = Home(tmp_path / "home").ensure()
+    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    (home.landing / "b1.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
+    (home.landing / "b2.parquet").write_text("not a parquet file")
+    (home.landing / "b3.jsonl").write_text('{"stream_id": "a", "seq": 2, "type": "Deposited"}\n'
+                                           '{"stream_id": "b", "seq": 1, "type": "AccountOpened"}\n')
+    instance = dg.DagsterInstance.ephemeral()
+    (request,) = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home))).run_requests
+    assert request.run_key == "b1,b2,b3" and request.tags == {RANGE_START_TAG: "b1", RANGE_END_TAG: "b3"}
+    instance.add_dynamic_partitions("event_batches", ["b1", "b2", "b3"])
+    run = defs.resolve_job_def("ingest_and_project").execute_in_process(
+        instance=instance, tags={**request.tags, NOW_TAG: T0.isoformat()}, raise_on_error=False)
+    assert not run.success
+    materialized = {e.dagster_event.step_materialization_data.materialization.partition:
+                    e.dagster_event.step_materialization_data.materialization.metadata
+                    for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)}
+    assert set(materialized) == {"b1", "b3"}  # nothing of the views: the projection step did not run
+    assert (materialized["b1"]["records"].value, materialized["b3"]["records"].value) == (1, 2)
+    assert materialized["b3"]["seq_range"].value == "1..2"
+    assert instance.get_materialized_partitions(dg.AssetKey("event_batches")) == {"b1", "b3"}
+    failure = next(e for e in run.all_events if e.is_step_failure)
+    assert failure.step_key == "event_batches" and "batch b2 was rejected" in \
+        failure.step_failure_data.user_failure_data.description
+    with Store.open(home, BANK_VIEWS) as store:
+        assert store.con.execute("SELECT batch_id, status FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == [
+            ("b1", "archived"), ("b2", "rejected"), ("b3", "archived")]
+    record = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records[0]
+    follow_up = project_after_rejection(dg.build_run_status_sensor_context(
+        sensor_name="project_after_rejection", dagster_event=record.event_log_entry.dagster_event,
+        dagster_instance=instance, dagster_run=run.dagster_run).for_run_failure())
+    assert isinstance(follow_up, dg.RunRequest) and follow_up.run_key == f"project-after-{run.run_id}"
