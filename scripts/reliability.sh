@@ -5,7 +5,7 @@
 #     store of the uninterrupted run (46 cases, 54 min measured on a shared 2-core machine);
 #  2. the soak: 500 small batches with random ticks through one engine process (12 min measured);
 #  3. the tests marked `long`: the same runs on a loopback Spark cluster and through Spark Connect, the
-#     warm Spark server (`inorder spark`), and the benchmark suite at tiny sizes (about 6 min).
+#     Spark peer of bench case 8, and the benchmark suite at tiny sizes (about 8 min).
 # Figures are printed and kept as JSON under .inorder/crash-sweep/ and .inorder/soak/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

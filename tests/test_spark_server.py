@@ -22,7 +22,7 @@ from pipelines.store import Home
 from tests.domains import SHOP_VIEWS
 from tests.harness import assert_same_store, read_store
 
-pytestmark = pytest.mark.long  # a JVM server and four runs: a minute and a half (scripts/reliability.sh)
+# a JVM server and five runs: about a minute on 2 cores, in `.ci/run`
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"
