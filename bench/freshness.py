@@ -33,6 +33,7 @@ from bench.bulk import T0, fresh_home
 from bench.data import BANK_VIEWS, bank_batches, incremental_batch, inorder_cli, jsonl_files, land
 from bench.incremental import T_INCREMENT
 from pipelines.run import run
+from pipelines.spark_server import free_port
 from pipelines.store import Home
 
 ROUNDS = 5
@@ -69,9 +70,8 @@ def reset(home: Home, template: Home) -> None:
     shutil.copyfile(template.database, home.database)
     shutil.copytree(template.archive, home.archive)
     land(sorted(template.landing.iterdir()), home.landing)
-    for name in ("source.json",):
-        if (template.root / name).exists():
-            shutil.copyfile(template.root / name, home.root / name)
+    if (template.root / "source.json").exists():
+        shutil.copyfile(template.root / "source.json", home.root / "source.json")
 
 
 def _env(home: Home) -> dict:
@@ -256,7 +256,7 @@ def freshness_case(spark, work: Path, cache: Path, store_events: int, batch_even
 
         say("freshness: dagster dev + landing sensor, warm Spark Connect server")
         reset(home, template)
-        dev = DagsterDev(home, port=_free_port())
+        dev = DagsterDev(home, port=free_port())
         try:
             dev.wait_up()
             dagster_round(dev, incremental_batch(cache, batch_events, rounds + 1))  # code server and sensor warm
@@ -268,13 +268,6 @@ def freshness_case(spark, work: Path, cache: Path, store_events: int, batch_even
     shutil.rmtree(home.root, ignore_errors=True)
     return result
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
