@@ -31,6 +31,7 @@ from pipelines.message import Message
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, is_local, mark_used, ship_code, shuffle_partitions
+from pipelines.layout import LIVE, Layout
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import View
 
@@ -83,19 +84,20 @@ class PassPlan:
         return [(v, e.entry_idx) for v, es in self.by_view.items() for e in es]
 
 
-def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_000) -> list[PassPlan]:
+def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_000,
+                layout: Layout = LIVE) -> list[PassPlan]:
     """Uncommitted entries per view, in ingest order, cut into passes of at most `max_records`.
 
     Every pass loads the state of the streams it touches, so fewer, larger passes cost less; the
     bound keeps one pass's shuffle and its output files to a size a 2-core machine handles well."""
     names = [v.name for v in views]
     rows = store.con.execute(
-        """SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
+        f"""SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
                   list(v.view ORDER BY v.view) AS todo
            FROM inorder.ingest_log l CROSS JOIN unnest(?::VARCHAR[]) AS v(view)
            WHERE l.status = 'archived'
              AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = v.view)
-             AND NOT EXISTS (SELECT 1 FROM inorder.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
+             AND NOT EXISTS (SELECT 1 FROM {layout.state}.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
            GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
     passes: list[PassPlan] = []
     current, size = None, 0
@@ -137,7 +139,8 @@ def _table_rows(store: Store, sql: str, params: list) -> tuple[list[str], list[t
     return [d[0] for d in cursor.description], cursor.fetchall()
 
 
-def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> tuple[pa.Table, list[str]]:
+def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, layout: Layout = LIVE
+                ) -> tuple[pa.Table, list[str]]:
     """State and pending rows of every (view, stream) the pass touches, and the archive files to read."""
     con = store.con
     batch_entries = [e["entry_idx"] for e in plan.entries if e["kind"] == "batch"]
@@ -164,8 +167,8 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
         for v in views if v.name in plan.by_view])
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_streams AS
-        SELECT DISTINCT p.view, p.stream_id FROM inorder.pending p JOIN pass_limits l USING (view)
-              LEFT JOIN inorder.watermarks w USING (view, stream_id)
+        SELECT DISTINCT p.view, p.stream_id FROM {layout.state}.pending p JOIN pass_limits l USING (view)
+              LEFT JOIN {layout.state}.watermarks w USING (view, stream_id)
               WHERE {WALK_BUFFER}
         UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
               JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
@@ -174,14 +177,14 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
 
     states: dict[tuple[str, str], dict] = {}
     for view_name, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked, attempts in con.execute(
-            """SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked,
-                      w.attempts FROM inorder.watermarks w JOIN pass_streams USING (view, stream_id)""").fetchall():
+            f"""SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked,
+                      w.attempts FROM {layout.state}.watermarks w JOIN pass_streams USING (view, stream_id)""").fetchall():
         states[(view_name, stream_id)] = {
             "stream_type": stream_type, "last_seq": last_seq, "blocked_at": blocked_at,
             "blocked_since_us": us_from_utc(blocked_since), "parked": parked, "attempts": attempts, "skipped": [],
             "keyed_rows": {}, "newest_rows": {}}
     for view_name, stream_id, first, last in con.execute(
-            """SELECT g.view, g.stream_id, g.first_missing, g.last_missing FROM inorder.gaps g
+            f"""SELECT g.view, g.stream_id, g.first_missing, g.last_missing FROM {layout.state}.gaps g
                JOIN pass_streams USING (view, stream_id) ORDER BY 1, 2, 3""").fetchall():
         states[(view_name, stream_id)]["skipped"].append((first, last))
     for view in views:
@@ -196,7 +199,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
                 order = ", ".join(f'"{c}" DESC' for c in table.primary_key)
                 newest = f"QUALIFY row_number() OVER (PARTITION BY t.{key} ORDER BY {order}) = 1"
             columns, rows = _table_rows(store, f"""
-                SELECT t.* FROM "{table.name}" t JOIN pass_streams p ON p.view = ? AND p.stream_id = t.{key}
+                SELECT t.* FROM {layout.table(table.name)} t JOIN pass_streams p ON p.view = ? AND p.stream_id = t.{key}
                 {newest}""", [view.name])
             k = columns.index(table.stream_key)
             for row in rows:
@@ -219,8 +222,8 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan) -> 
     for (view_name, stream_id), state in states.items():
         add(view=view_name, stream_id=stream_id, rec_type=STATE, entry_idx=0, line=0, state=dumps(state))
     for row in con.execute(
-            """SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id,
-                      line, entry_idx FROM inorder.pending JOIN pass_streams USING (view, stream_id)""").fetchall():
+            f"""SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id,
+                      line, entry_idx FROM {layout.state}.pending JOIN pass_streams USING (view, stream_id)""").fetchall():
         add(view=row[0], stream_id=row[1], rec_type=PENDING, seq=row[2], stream_type=row[3], event_type=row[4],
             payload=row[5], occurred_at=row[6], event_id=row[7], batch_id=row[8], line=row[9], entry_idx=row[10])
     return pa.table(columns, schema=INPUT_SCHEMA), files
@@ -413,34 +416,36 @@ class PassResult:
         return [{**row, "data": json.loads(row["data"])} for row in table.to_pylist()]
 
 
-def pass_folder(home: Home) -> Path:
-    """Scratch space of the pass in progress (inputs and output); removed after its commit."""
-    return home.root / "scratch" / "pass"
+def pass_folder(home: Home, layout: Layout = LIVE) -> Path:
+    """Scratch space of the pass in progress (inputs and output); removed after its commit. A rebuild's
+    passes have their own, since runs go on beside it."""
+    return home.root / "scratch" / layout.scratch
 
 
 def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views: list[View], plan: PassPlan,
-             first_seq: int) -> PassResult:
+             first_seq: int, layout: Layout = LIVE, let_writers_in: bool = False) -> PassResult:
     """Order and apply one pass in Spark (`spark()` gives the session); returns the pass output for
     `commit_pass`. The DuckDB file is held only while the pass's inputs are loaded: readers can open it
     during the Spark work. A pass with no message and no buffer to walk (a tick with no timer due)
-    needs no Spark at all."""
-    state_rows, files = load_inputs(store, home, views, plan)
+    needs no Spark at all. With `let_writers_in` (a rebuild's replay, which reads and writes only its
+    shadow), the writer lock is let go too, so runs ingest and project meanwhile."""
+    state_rows, files = load_inputs(store, home, views, plan, layout)
     if not state_rows.num_rows and not files:
         return PassResult(table=OUTPUT_SCHEMA.empty_table())
-    with store.released():
+    with store.released(writer=let_writers_in):
         session = spark()
         try:
-            return _order_and_apply_in_spark(session, home, views, plan, first_seq, state_rows, files)
+            return _order_and_apply_in_spark(session, home, views, plan, first_seq, state_rows, files,
+                                             pass_folder(home, layout))
         finally:
             mark_used(session)
 
 
 def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View], plan: PassPlan, first_seq: int,
-                              state_rows: pa.Table, files: list[str]) -> PassResult:
+                              state_rows: pa.Table, files: list[str], scratch: Path) -> PassResult:
     in_pass = [v for v in views if v.name in plan.by_view]
     ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
     local = is_local(spark)
-    scratch = pass_folder(home)
     shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
     frames = []
     if state_rows.num_rows and local:  # a file, so the state never sits in the JVM's heap as a local relation

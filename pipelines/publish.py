@@ -263,10 +263,13 @@ class Publisher:
                       pass_start: int | None, full: bool) -> Publication | None:
         started = time.perf_counter()
         published = self.target.qualified(PUBLISHED_TABLE)
+        rebased = _rebased_at(con, view)
         with self.pg.transaction():
-            row = self.pg.execute(f"SELECT entry_idx FROM {published} WHERE view = %s FOR UPDATE",
+            row = self.pg.execute(f"SELECT entry_idx, published_at FROM {published} WHERE view = %s FOR UPDATE",
                                   [view.name]).fetchone()
-            done = None if row is None else row[0]
+            done, published_at = (None, None) if row is None else row
+            stale = rebased is not None and published_at is not None and published_at < rebased
+            full = full or stale  # PostgreSQL holds the view as it was before a rebuild or migration
             if done == entry_idx and not full:
                 return None
             if full or done is None or done > entry_idx:
@@ -346,6 +349,13 @@ class Publisher:
                     copy.write_row(row)
                 sent += len(chunk)
         return sent
+
+
+def _rebased_at(con: duckdb.DuckDBPyConnection, view: View) -> datetime | None:
+    """When the view's rows were last replaced as a whole (a rebuild's swap, a migration): a PostgreSQL
+    copy published before it is published again in full."""
+    row = con.execute("SELECT recorded_at FROM inorder.view_versions WHERE view = ?", [view.name]).fetchone()
+    return row[0] if row else None
 
 
 def _chunks(cursor: duckdb.DuckDBPyConnection) -> Iterator[list[tuple]]:

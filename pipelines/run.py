@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -21,7 +22,10 @@ from pipelines.inspect import SourceMapping
 from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark import stage_progress
-from pipelines.store import Home, Store, us_from_utc
+from pipelines.layout import LIVE, Layout
+from pipelines.rebuild import prepare_shadow, swap
+from pipelines.store import Home, Store, take_lock, us_from_utc
+from pipelines.versions import read_versions
 from pipelines.view import View
 
 Progress = Callable[[str], None]
@@ -49,6 +53,25 @@ class ProjectionStats:
     publications: list[Publication] = field(default_factory=list)  # to PostgreSQL, when it serves reads
     publish_seconds: float = 0.0
     publish_error: str | None = None  # publishing failed (DuckDB is committed; a later publication catches up)
+    refused: dict[str, str] = field(default_factory=dict)  # view -> why it was not projected (one line)
+    rebuild_due: list[str] = field(default_factory=list)  # views with on_change="rebuild" whose code changed
+    rebuilt: list[str] = field(default_factory=list)
+
+    def merge(self, other: "ProjectionStats") -> None:
+        """Add another projection's figures to these (a rebuild's replay and catch-up, say)."""
+        for name in ("passes", "entries", "selected", "handler_calls", "walk_seconds", "walk_cpu_seconds",
+                     "spark_start_seconds", "spark_seconds", "commit_seconds", "publish_seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for view, counts in other.by_view.items():
+            mine = self.by_view.setdefault(view, {})
+            for name, n in counts.items():
+                mine[name] = mine.get(name, 0) + n
+        for view, n in other.streams_touched.items():
+            self.streams_touched[view] = self.streams_touched.get(view, 0) + n
+        self.publications += other.publications
+        self.publish_error = self.publish_error or other.publish_error
+        self.refused.update(other.refused)
+        self.rebuilt += other.rebuilt
 
     def add(self, out: pa.Table) -> None:
         metrics = out.filter(pc.equal(out["kind"], "metric"))
@@ -102,12 +125,15 @@ def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | No
     (the tick schedule's interval; `inorder run` ticks whenever time moved). A tick projects only the
     views with a timer due; its entry waits for the others' next projection and resumes nothing."""
     landing = tuple(new_landing_files(store, home))
-    resumed = any(e["kind"] != "tick" for plan in plan_passes(store, views) for e in plan.entries)
+    versions = store.versions or read_versions(store.con, views)
+    active = [v for v in views if not versions[v.name].refused]  # a refused view waits for its rebuild
+    resumed = any(versions[v.name].rebuild_due for v in views) or any(
+        e["kind"] != "tick" for plan in plan_passes(store, active) for e in plan.entries)
     t_us = _logical_now(store, now)
     last = store.last_logical_time_us()
     tick, due = False, ()
     if not landing and not resumed and tick_due(store, t_us):
-        due = tuple(views_with_due_buffers(store.con, views, t_us))
+        due = tuple(views_with_due_buffers(store.con, active, t_us))
         tick = bool(due) or last is None or t_us - last >= min_idle_seconds * 1e6
     return RunPlan(landing, resumed, tick, due if tick else (), t_us)
 
@@ -121,20 +147,28 @@ def now_us(now: datetime | None) -> int:
 
 
 def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View], selected: Sequence[View],
-            mapping: SourceMapping, progress: Progress = _quiet, publish: bool = True) -> ProjectionStats:
+            mapping: SourceMapping, progress: Progress = _quiet, publish: bool = True, layout: Layout = LIVE,
+            let_writers_in: bool = False) -> ProjectionStats:
     """Project every archived entry not yet committed for the `selected` views, pass by pass; with
     `publish` (and INORDER_SERVE_POSTGRES set), publish each commit to PostgreSQL, after catching up
-    what an earlier run committed but did not publish."""
+    what an earlier run committed but did not publish.
+
+    A live view whose stored tables are not its declared ones is refused (`stats.refused`), and one
+    that asks to be rebuilt when its code changed is left to `rebuild_due` (`stats.rebuild_due`).
+    `layout` and `let_writers_in`: see `rebuild`."""
     subscribed = {t for v in views for t in v.subscribes}
-    plans = plan_passes(store, selected)
+    stats = ProjectionStats()
+    if layout.live:
+        selected = _projectable(store, selected, stats, progress)
+    plans = plan_passes(store, selected, layout=layout)
     crash_point("project.planned")
-    stats = ProjectionStats(passes=len(plans))
+    stats.passes = len(plans)
     publishing = Publishing(progress) if publish else None
     try:
         if publishing:
             publishing.publish(store.con, selected)
         _project_passes(spark, store, home, selected, plans, mapping.first_seq, subscribed, stats, publishing,
-                        progress)
+                        progress, layout, let_writers_in)
     finally:
         if publishing:
             publishing.close()
@@ -143,9 +177,26 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
     return stats
 
 
+def _projectable(store: Store, selected: Sequence[View], stats: ProjectionStats, progress: Progress) -> list[View]:
+    """The selected views the store's versions let project now (see pipelines/versions.py)."""
+    versions = store.versions or read_versions(store.con, selected)
+    projectable = []
+    for view in selected:
+        version = versions.get(view.name) or read_versions(store.con, [view])[view.name]
+        if version.rebuild_due:
+            stats.rebuild_due.append(view.name)
+            progress(f"view {view.name}: {version.describe()}; rebuilding it (on_change='rebuild')")
+        elif version.refused:
+            stats.refused[view.name] = version.refusal()
+            progress(version.refusal())
+        else:
+            projectable.append(view)
+    return projectable
+
+
 def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequence[View], plans: list,
                     first_seq: int, subscribed: set[str], stats: ProjectionStats, publishing: Publishing | None,
-                    progress: Progress) -> None:
+                    progress: Progress, layout: Layout, let_writers_in: bool) -> None:
     # started by the first pass with something to walk (run_pass calls it with the store let go: a JVM
     # start takes seconds); a tick that walks nothing commits its ledger rows without Spark
     @functools.cache
@@ -158,21 +209,21 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
     for i, plan in enumerate(plans, start=1):
         started, label, starts_before = time.perf_counter(), f"pass {i}/{len(plans)}", stats.spark_start_seconds
         with stage_progress(label, progress):
-            out = run_pass(session, store, home, list(selected), plan, first_seq)
+            out = run_pass(session, store, home, list(selected), plan, first_seq, layout, let_writers_in)
         spark_done = time.perf_counter()
         summary = out.summary()
         refuse_failed_pass(out, summary)
         crash_point("project.ordered")
         progress(f"{label}: committing")
         with pass_output(store, out):
-            commit_pass(store, list(selected), plan, subscribed)
+            commit_pass(store, list(selected), plan, subscribed, layout)
             crash_point("project.committed")
             committed = time.perf_counter()
             if publishing:  # while the pass output is at hand: only what it changed travels
                 publishing.publish(store.con, [v for v in selected if v.name in plan.by_view],
                                    pass_start={v: entries[0].entry_idx for v, entries in plan.by_view.items()})
         stats.add(summary)
-        shutil.rmtree(pass_folder(home), ignore_errors=True)
+        shutil.rmtree(pass_folder(home, layout), ignore_errors=True)
         stats.spark_seconds += spark_done - started - (stats.spark_start_seconds - starts_before)  # the pass alone
         stats.commit_seconds += committed - spark_done
         stats.entries += len(plan.entries)
@@ -209,6 +260,7 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
             progress(f"no new batch: tick at {datetime.fromtimestamp(plan.t_us / 1e6, timezone.utc).isoformat()}")
         report.projection = project(
             spark, store, home, views, selected or views, mapping, progress)
+    rebuild_due(spark, home, views, report.projection, progress)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -244,7 +296,9 @@ def project_views(spark: SparkSource, home: Home, views: Sequence[View], selecte
         t_us = _logical_now(store, now) if tick else None
         if tick and tick_due(store, t_us):
             record_entry(store, "tick", t_us)
-        return project(spark, store, home, views, selected, source_mapping(home), progress)
+        stats = project(spark, store, home, views, selected, source_mapping(home), progress)
+    rebuild_due(spark, home, views, stats, progress)
+    return stats
 
 
 def _logical_now(store: Store, now: datetime | None) -> int:
@@ -258,29 +312,50 @@ def _logical_now(store: Store, now: datetime | None) -> int:
 
 def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
             progress: Progress = _quiet) -> ProjectionStats:
-    """Truncate `view` and its state, then replay the archive with the recorded logical times.
+    """Build `view` anew from the archive beside the live one, then swap it in at once: readers see the
+    old view, whole, until the swap's commit, and the new one, whole, after it (pipelines/rebuild.py).
 
-    PostgreSQL keeps showing the old view meanwhile (marked unpublished, so nothing partial is ever
-    published over it); the rebuilt view replaces it in one transaction at the end."""
+    1. Fresh shadow tables and state for the view, in a schema of its own.
+    2. The replay: every archived entry, with its recorded logical time, into the shadow. The writer
+       lock is let go during each pass's Spark work, so runs go on ingesting and projecting meanwhile.
+    3. The catch-up, holding the writer lock to the end: what those runs archived meanwhile, so the
+       swapped-in view is at least as current as the one it replaces.
+    4. The swap, in one transaction; then PostgreSQL (when it serves reads) gets the view in full.
+    Killed at any point before the swap's commit, it leaves the live view as it was; run again, it
+    starts afresh."""
     mapping = source_mapping(home)
+    shadow = Layout.shadow(view.name)
+    home.ensure()
+    lock = take_lock(home.root / f"rebuild-{view.name}.lock", 0, f"a rebuild of view {view.name} is already running")
     publishing = Publishing(progress)
     try:
         with Store.open(home, views) as store:
-            con = store.con
-            publishing.forget(view)
-            with store.transaction():
-                for table in view.tables:
-                    con.execute(f'DELETE FROM "{table.name}"')
-                for engine_table in ("watermarks", "pending", "errors", "gaps", "batches"):
-                    con.execute(f"DELETE FROM inorder.{engine_table} WHERE view = ?", [view.name])
-            progress(f"rebuild {view.name}: truncated; replaying the archive")
-            stats = project(spark, store, home, views, [view], mapping, progress, publish=False)
-            publishing.publish(store.con, [view], full=True)  # project() reopened the connection
+            prepare_shadow(store, view, shadow)
+            crash_point("rebuild.prepared")
+            progress(f"rebuild {view.name}: replaying the archive beside the live view")
+            stats = project(spark, store, home, views, [view], mapping, progress, publish=False, layout=shadow,
+                            let_writers_in=True)
+            crash_point("rebuild.replayed")
+            stats.merge(project(spark, store, home, views, [view], mapping, progress, publish=False, layout=shadow))
+            crash_point("rebuild.caught_up")
+            swap(store, view, shadow)
+            progress(f"rebuild {view.name}: swapped in ({stats.entries} entries replayed)")
+            crash_point("rebuild.swapped")
+            publishing.publish(store.con, [view], full=True)
     finally:
         publishing.close()
+        os.close(lock)
     stats.publications, stats.publish_seconds, stats.publish_error = (
         publishing.publications, publishing.seconds, publishing.error)
+    stats.rebuilt.append(view.name)
     return stats
+
+
+def rebuild_due(spark: SparkSource, home: Home, views: Sequence[View], stats: ProjectionStats,
+                progress: Progress = _quiet) -> None:
+    """Rebuild the views a projection left to it (on_change="rebuild"), adding to its `stats`."""
+    for name in stats.rebuild_due:
+        stats.merge(rebuild(spark, home, views, next(v for v in views if v.name == name), progress))
 
 
 def publish(home: Home, views: Sequence[View], full: View | None = None) -> list[Publication]:

@@ -20,55 +20,14 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from pipelines.faults import crash_point
+from pipelines.layout import ENGINE_DDL, STATE_TABLES
+from pipelines.versions import ViewVersion, reconcile
 from pipelines.view import View
 
-ENGINE_DDL = """
-CREATE SCHEMA IF NOT EXISTS inorder;
-CREATE TABLE IF NOT EXISTS inorder.ingest_log (
-    entry_idx BIGINT PRIMARY KEY, batch_id VARCHAR NOT NULL UNIQUE, kind VARCHAR NOT NULL,
-    received_at TIMESTAMPTZ NOT NULL, file_name VARCHAR, bytes BIGINT, sha256 VARCHAR,
-    records BIGINT NOT NULL DEFAULT 0, malformed BIGINT NOT NULL DEFAULT 0, normalised BIGINT NOT NULL DEFAULT 0,
-    status VARCHAR NOT NULL, reason VARCHAR, target_view VARCHAR, target_stream VARCHAR);
--- added later (stores made before it get it on open): the file's mtime when it was hashed at ingest
-ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS mtime_ns BIGINT;
-CREATE TABLE IF NOT EXISTS inorder.watermarks (
-    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
-    blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
-    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, prev_last_seq BIGINT,
-    PRIMARY KEY (view, stream_id));
-CREATE TABLE IF NOT EXISTS inorder.pending (
-    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
-    event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
-    line BIGINT, entry_idx BIGINT, PRIMARY KEY (view, stream_id, seq));
-CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
-CREATE TABLE IF NOT EXISTS inorder.errors (
-    error_id BIGINT PRIMARY KEY DEFAULT nextval('inorder.error_ids'), view VARCHAR, stream_id VARCHAR,
-    seq BIGINT, kind VARCHAR NOT NULL, event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR,
-    event_id VARCHAR, batch_id VARCHAR, line BIGINT, raw VARCHAR, reason VARCHAR, exception_type VARCHAR,
-    message VARCHAR, traceback VARCHAR, logged_at TIMESTAMPTZ, entry_idx BIGINT);
-CREATE TABLE IF NOT EXISTS inorder.gaps (
-    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, first_missing BIGINT NOT NULL,
-    last_missing BIGINT NOT NULL, waited_seconds DOUBLE NOT NULL, reason VARCHAR NOT NULL,
-    batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT,
-    waited DOUBLE GENERATED ALWAYS AS (waited_seconds) VIRTUAL);  -- DESIGN §2 calls it "waited"
-CREATE TABLE IF NOT EXISTS inorder.batches (
-    batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
-    received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
-    selected BIGINT, unrouted BIGINT, applied BIGINT, ignored BIGINT, handler_error BIGINT,
-    duplicate BIGINT, late BIGINT, conflict BIGINT, pending BIGINT, gaps_skipped BIGINT,
-    committed_at TIMESTAMPTZ,
-    pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name DESIGN §3 uses
-    PRIMARY KEY (batch_id, view));
--- added later (stores made before them get them on open): a parked message's failed attempts so far;
--- each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
-ALTER TABLE inorder.watermarks ADD COLUMN IF NOT EXISTS attempts BIGINT DEFAULT 0;
-ALTER TABLE inorder.errors ADD COLUMN IF NOT EXISTS error_class VARCHAR;
-ALTER TABLE inorder.errors ADD COLUMN IF NOT EXISTS attempt BIGINT;
-"""
 
 # Names a view's table may not take: the engine's own tables, the temporary tables a pass creates on
 # the same connection (they would shadow a view table of that name), and the PostgreSQL publication's.
-ENGINE_TABLE_NAMES = frozenset({"ingest_log", "watermarks", "pending", "errors", "gaps", "batches"})
+ENGINE_TABLE_NAMES = frozenset({"ingest_log", *STATE_TABLES})
 TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_limits", "pass_streams",
                               "pass_prev", "pass_out"})
 RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
@@ -201,6 +160,7 @@ class Store:
         self._lock_fd = lock_fd
         self._home = home
         self._read_only = read_only
+        self.versions: dict[str, ViewVersion] = {}  # the views' code against what built their rows (a writer's)
 
     @classmethod
     def open(cls, home: Home, views: Iterable[View]) -> "Store":
@@ -211,13 +171,13 @@ class Store:
         try:
             con = connect(home.database, read_only=False, wait_seconds=home.file_wait_seconds)
             con.execute(ENGINE_DDL)
-            for view in views:
-                for table in view.tables:
-                    con.execute(table.ddl())
+            versions = reconcile(con, list(views))
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(con, lock_fd, home, False)
+        store = cls(con, lock_fd, home, False)
+        store.versions = versions
+        return store
 
     @classmethod
     def open_read_only(cls, home: Home) -> "Store":
@@ -227,14 +187,20 @@ class Store:
         return cls(connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds), None, home, True)
 
     @contextmanager
-    def released(self) -> Iterator[None]:
+    def released(self, writer: bool = False) -> Iterator[None]:
         """Let go of the DuckDB file for the block (the Spark work of a pass), keeping the writer lock,
         so readers can open the store meanwhile; then open it again (waiting for them if need be).
-        Nothing may be uncommitted: temporary tables do not survive."""
+        With `writer`, let go of the writer lock too, and take it back after the block (waiting for the
+        run that took it meanwhile to end). Nothing may be uncommitted: temporary tables do not survive."""
         self.con.close()
+        let_go = writer and self._lock_fd is not None
+        if let_go:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         try:
             yield
         finally:
+            if let_go:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             self.con = connect(self._home.database, read_only=self._read_only,
                                wait_seconds=self._home.file_wait_seconds)
 

@@ -19,6 +19,7 @@ from pipelines.message import Event  # noqa: F401 - a handler imports it from he
 TableKind = Literal["keyed", "append", "aggregate"]
 OnError = Literal["skip", "park"]
 OnBug = Literal["park", "skip", "fail"]
+OnChange = Literal["mark", "rebuild"]
 
 
 class Reject(Exception):
@@ -327,10 +328,12 @@ class Table:
     def value_columns(self) -> tuple[str, ...]:
         return tuple(c for c in self.columns if c not in self.primary_key)
 
-    def ddl(self) -> str:
+    def ddl(self, qualified_name: str | None = None) -> str:
+        """CREATE TABLE IF NOT EXISTS, under its own name or `qualified_name` (a rebuild's shadow)."""
         cols = ", ".join(f'"{c}" {t}' for c, t in self.columns.items())
         pk = ", ".join(f'"{c}"' for c in self.primary_key)
-        return f'CREATE TABLE IF NOT EXISTS "{self.name}" ({cols}, PRIMARY KEY ({pk}))'
+        name = qualified_name or f'"{self.name}"'
+        return f'CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))'
 
 
 @dataclass(frozen=True)
@@ -359,6 +362,20 @@ def between(table: str, column: str, min_value: Any = None, max_value: Any = Non
 
 def in_set(table: str, column: str, values: tuple[Any, ...]) -> Expectation:
     return Expectation(table, "in_set", (column,), value_set=tuple(values))
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    """A migration: `column` of `table` (declared there, nullable: not in the primary key) was added,
+    and the rows already stored stay right without it (they read NULL there). Applied with
+    `ALTER TABLE … ADD COLUMN` instead of a rebuild (pipelines/versions.py)."""
+
+    table: str
+    column: str
+
+
+def add_column(table: str, column: str) -> AddColumn:
+    return AddColumn(table, column)
 
 
 Handler = Callable[["Event", Any], None]
@@ -414,7 +431,14 @@ class View:
 
     on_error: what a `Reject` does to its stream: `skip` (log it, go on) or `park` (the stream waits
     for `inorder retry`/`skip`). on_bug: the same for any other exception (a bug in the view):
-    `park` (default), `skip`, or `fail` (the run fails and nothing is committed)."""
+    `park` (default), `skip`, or `fail` (the run fails and nothing is committed).
+
+    version: bump it by hand when the view's results change for a reason its fingerprint cannot see
+    (a helper function its handlers call, data it reads). on_change: what a run does when the code
+    no longer matches what built the stored rows: `mark` (default: changed handlers go on, and the
+    view is shown as built by older code since the first batch they projected; changed tables are
+    refused until `inorder rebuild`), or `rebuild` (the next run rebuilds the view, with no downtime).
+    migrations: the table changes that need no rebuild (`add_column`)."""
 
     name: str
     tables: tuple[Table, ...]
@@ -434,6 +458,9 @@ class View:
     # fails past `fresh_within` twice over, or `stale_after` when given)
     fresh_within: timedelta | None = None
     stale_after: timedelta | None = None
+    version: str | None = None
+    on_change: OnChange = "mark"
+    migrations: tuple[AddColumn, ...] = ()
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
@@ -443,6 +470,7 @@ class View:
         object.__setattr__(self, "expectations", tuple(self.expectations))
         object.__setattr__(self, "owners", tuple(self.owners))
         object.__setattr__(self, "tags", dict(self.tags))
+        object.__setattr__(self, "migrations", tuple(self.migrations))
         for owner in self.owners:  # the forms the Dagster UI accepts
             if not (isinstance(owner, str) and (_EMAIL.match(owner) or _TEAM.match(owner))):
                 raise ValueError(f"view {self.name}: owner {owner!r} is neither an email address nor 'team:<name>'")
@@ -467,6 +495,20 @@ class View:
         names = [t.name for t in self.tables]
         if len(set(names)) != len(names):
             raise ValueError(f"view {self.name}: duplicate table names")
+        if self.on_change not in ("mark", "rebuild"):
+            raise ValueError(f"view {self.name}: on_change must be 'mark' or 'rebuild'")
+        if self.version is not None and not isinstance(self.version, str):
+            raise ValueError(f"view {self.name}: version must be a string")
+        for migration in self.migrations:
+            if not isinstance(migration, AddColumn):
+                raise ValueError(f"view {self.name}: migrations takes add_column(table, column) only")
+            table = next((t for t in self.tables if t.name == migration.table), None)
+            if table is None or migration.column not in table.columns:
+                raise ValueError(f"view {self.name}: migration adds {migration.table}.{migration.column}, "
+                                 "which the view does not declare")
+            if migration.column in table.primary_key:
+                raise ValueError(f"view {self.name}: migration adds {migration.table}.{migration.column}, "
+                                 "a primary key column: that needs a rebuild")
 
     def handles(self, *event_types: str) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of these event types:

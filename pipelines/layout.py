@@ -1,0 +1,90 @@
+"""Where the read store keeps things: the engine's schemas and tables, and a projection's `Layout`
+(the live views', or a rebuild's shadow beside them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The log of what arrived: shared by the live views and by a rebuild's shadow.
+INGEST_DDL = """
+CREATE SCHEMA IF NOT EXISTS inorder;
+CREATE TABLE IF NOT EXISTS inorder.ingest_log (
+    entry_idx BIGINT PRIMARY KEY, batch_id VARCHAR NOT NULL UNIQUE, kind VARCHAR NOT NULL,
+    received_at TIMESTAMPTZ NOT NULL, file_name VARCHAR, bytes BIGINT, sha256 VARCHAR,
+    records BIGINT NOT NULL DEFAULT 0, malformed BIGINT NOT NULL DEFAULT 0, normalised BIGINT NOT NULL DEFAULT 0,
+    status VARCHAR NOT NULL, reason VARCHAR, target_view VARCHAR, target_stream VARCHAR);
+-- added later (stores made before it get it on open): the file's mtime when it was hashed at ingest
+ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS mtime_ns BIGINT;
+CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
+"""
+
+# The views' projection state, per view: in schema `inorder` for the live views, and in a schema of
+# its own for a view being rebuilt (its shadow; error ids come from the one sequence, so they stay unique).
+STATE_DDL = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.watermarks (
+    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
+    blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
+    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, prev_last_seq BIGINT,
+    PRIMARY KEY (view, stream_id));
+CREATE TABLE IF NOT EXISTS {schema}.pending (
+    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
+    event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
+    line BIGINT, entry_idx BIGINT, PRIMARY KEY (view, stream_id, seq));
+CREATE TABLE IF NOT EXISTS {schema}.errors (
+    error_id BIGINT PRIMARY KEY DEFAULT nextval('inorder.error_ids'), view VARCHAR, stream_id VARCHAR,
+    seq BIGINT, kind VARCHAR NOT NULL, event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR,
+    event_id VARCHAR, batch_id VARCHAR, line BIGINT, raw VARCHAR, reason VARCHAR, exception_type VARCHAR,
+    message VARCHAR, traceback VARCHAR, logged_at TIMESTAMPTZ, entry_idx BIGINT);
+CREATE TABLE IF NOT EXISTS {schema}.gaps (
+    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, first_missing BIGINT NOT NULL,
+    last_missing BIGINT NOT NULL, waited_seconds DOUBLE NOT NULL, reason VARCHAR NOT NULL,
+    batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT,
+    waited DOUBLE GENERATED ALWAYS AS (waited_seconds) VIRTUAL);  -- DESIGN §2 calls it "waited"
+CREATE TABLE IF NOT EXISTS {schema}.batches (
+    batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
+    received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
+    selected BIGINT, unrouted BIGINT, applied BIGINT, ignored BIGINT, handler_error BIGINT,
+    duplicate BIGINT, late BIGINT, conflict BIGINT, pending BIGINT, gaps_skipped BIGINT,
+    committed_at TIMESTAMPTZ,
+    pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name DESIGN §3 uses
+    PRIMARY KEY (batch_id, view));
+-- added later (stores made before them get them on open): a parked message's failed attempts so far;
+-- each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
+ALTER TABLE {schema}.watermarks ADD COLUMN IF NOT EXISTS attempts BIGINT DEFAULT 0;
+ALTER TABLE {schema}.errors ADD COLUMN IF NOT EXISTS error_class VARCHAR;
+ALTER TABLE {schema}.errors ADD COLUMN IF NOT EXISTS attempt BIGINT;
+-- which code built each view's rows (pipelines/versions.py)
+CREATE TABLE IF NOT EXISTS {schema}.view_versions (
+    view VARCHAR PRIMARY KEY, fingerprint VARCHAR NOT NULL, version VARCHAR, tables VARCHAR NOT NULL,
+    code VARCHAR, recorded_at TIMESTAMPTZ NOT NULL, newer_fingerprint VARCHAR, newer_since_entry BIGINT,
+    newer_since_batch VARCHAR);
+"""
+STATE_TABLES = ("watermarks", "pending", "errors", "gaps", "batches", "view_versions")
+ENGINE_DDL = INGEST_DDL + STATE_DDL.format(schema="inorder")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a projection reads and writes a view's state and tables: the live view's (schema
+    `inorder`, and the default schema for its tables), or a rebuild's shadow (`Layout.shadow`)."""
+
+    state: str = "inorder"
+    tables: str = "main"
+    scratch: str = "pass"  # its pass's scratch folder, under the home's scratch/
+
+    @classmethod
+    def shadow(cls, view_name: str) -> "Layout":
+        schema = f"inorder_rebuild_{view_name}"
+        return cls(schema, schema, f"rebuild_{view_name}")
+
+    @property
+    def live(self) -> bool:
+        return self == LIVE
+
+    def table(self, name: str) -> str:
+        """A view table's qualified name."""
+        return f'"{self.tables}"."{name}"'
+
+
+LIVE = Layout()

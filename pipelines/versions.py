@@ -1,0 +1,258 @@
+"""A view's version (DESIGN §5): the fingerprint of its code, the one the store recorded as having
+built its rows, and what a run does when they differ.
+
+The fingerprint covers what decides a view's rows: its table declarations (names, columns, types,
+keys, kinds), its subscriptions and policies, the source of its handlers and predicate, and the
+author's `version`. Expectations, alerts, owners and tags do not change a row, so they are left out.
+
+`inorder.view_versions` holds one row per view: `fingerprint` built its rows (from the start, or from
+its last rebuild or migration); when a changed handler projects batches on top of them (the view's
+`on_change="mark"`), `newer_fingerprint` and `newer_since_batch` say which code and from which batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal, Sequence
+
+import duckdb
+
+from pipelines.layout import LIVE, Layout
+from pipelines.view import Table, View
+
+Change = Literal["new", "same", "code", "tables", "migration"]
+
+
+def table_declarations(tables: Sequence[Table]) -> list[dict]:
+    return [{"name": t.name, "kind": t.kind, "columns": [[c, ty] for c, ty in t.columns.items()],
+             "primary_key": list(t.primary_key), "stream_key": t.stream_key} for t in tables]
+
+
+def _source(fn: Callable | None) -> str:
+    """A function's source text; for what has none (a builtin, a partial), what identifies it."""
+    if fn is None:
+        return ""
+    if hasattr(fn, "func"):  # functools.partial
+        return f"{_source(fn.func)}({fn.args!r}, {fn.keywords!r})"
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        return repr((code.co_code, code.co_consts)) if code else getattr(fn, "__qualname__", repr(type(fn)))
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def code_parts(view: View) -> dict[str, str]:
+    """What of the view's code decides its rows, part by part (each a digest), so a change can be named."""
+    parts = {"subscribes": _digest(list(view.subscribes)),
+             "policies": _digest([view.gap_timeout, view.max_pending, view.on_error, view.on_bug]),
+             "predicate": _digest(_source(view.predicate)),
+             "version": _digest(view.version)}
+    parts.update({f"handler {event_type}": _digest(_source(handler))
+                  for event_type, handler in sorted(view.handlers.items())})
+    return parts
+
+
+def fingerprint(view: View) -> str:
+    """16 hex digits that change whenever the view's tables, subscriptions, policies, handlers or
+    `version` change (the view's Dagster `code_version`)."""
+    return _digest({"tables": table_declarations(view.tables), "code": code_parts(view)})
+
+
+@dataclass(frozen=True)
+class ViewVersion:
+    """A view's code against the store's record of what built its rows."""
+
+    view: str
+    code: str  # the fingerprint of the code loaded now
+    stored: str | None  # the fingerprint that built the rows (None: nothing recorded yet)
+    change: Change
+    what: str  # what changed, in words ("" when nothing did)
+    newer: str | None = None  # the code that projected batches on top of `stored` rows
+    since_batch: str | None = None  # ... from this batch on
+    since_entry: int | None = None
+    on_change: str = "mark"
+
+    @property
+    def matches(self) -> bool:
+        """The rows were built by exactly this code."""
+        return self.change in ("new", "same") and self.newer is None
+
+    @property
+    def refused(self) -> bool:
+        """The stored tables are not the declared ones: projecting would mix two shapes."""
+        return self.change == "tables"
+
+    @property
+    def rebuild_due(self) -> bool:
+        """The view asks to be rebuilt when its code changed (on_change="rebuild")."""
+        return self.on_change == "rebuild" and not self.matches
+
+    def refusal(self) -> str:
+        return (f"view {self.view}: {self.what}; its rows were built with the old tables, so it is not projected "
+                f"(run `inorder rebuild {self.view}`)")
+
+    def describe(self) -> str:
+        """One line for `inorder status` and the UI."""
+        if self.refused:
+            return f"tables changed ({self.what}): refused until `inorder rebuild {self.view}`"
+        if self.newer is not None:
+            mixed = f"built by older code since batch {self.since_batch}"
+            if self.newer != self.code:
+                return f"{mixed} (code {self.newer}); the code changed again ({self.code}); " \
+                       f"`inorder rebuild {self.view}` rebuilds it"
+            return f"{mixed}: rows before it were built by {self.stored}, later ones by this code " \
+                   f"({self.what}); `inorder rebuild {self.view}` rebuilds it"
+        if self.change == "code":
+            return f"code changed ({self.what}): built by older code ({self.stored}); " \
+                   f"the next run projects with this code, `inorder rebuild {self.view}` rebuilds it"
+        if self.change == "migration":
+            return f"migration due ({self.what}): applied by the next run"
+        return "matches the store"
+
+
+_DUCKDB_TYPES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ"}
+
+
+def _physical(con: duckdb.DuckDBPyConnection, layout: Layout, tables: Sequence[Table]) -> list[dict] | None:
+    """The declarations as the store has them (columns and types read from DuckDB), for a view that
+    has tables but no record yet (a store made before versions were recorded); None when it has none."""
+    found = []
+    for t in tables:
+        columns = con.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = ? AND table_name = ? "
+            "ORDER BY column_index", [layout.tables, t.name]).fetchall()
+        if columns:
+            found.append({"name": t.name, "kind": t.kind, "columns": [[c, _DUCKDB_TYPES.get(ty, ty)]
+                                                                       for c, ty in columns],
+                          "primary_key": list(t.primary_key), "stream_key": t.stream_key})
+    return found or None
+
+
+def _differences(stored: list[dict], declared: list[dict]) -> tuple[list[str], list[tuple[str, str]]]:
+    """(what differs, in words; the columns added to tables that are otherwise the same)."""
+    words: list[str] = []
+    added: list[tuple[str, str]] = []
+    old = {t["name"]: t for t in stored}
+    new = {t["name"]: t for t in declared}
+    words += [f"table {name} added" for name in new if name not in old]
+    words += [f"table {name} removed" for name in old if name not in new]
+    for name in (n for n in new if n in old):
+        a, b = old[name], new[name]
+        a_cols, b_cols = dict(map(tuple, a["columns"])), dict(map(tuple, b["columns"]))
+        for column, sql_type in b_cols.items():
+            if column not in a_cols:
+                words.append(f"table {name}: column {column} {sql_type} added")
+                added.append((name, column))
+            elif a_cols[column] != sql_type:
+                words.append(f"table {name}: column {column} {a_cols[column]} -> {sql_type}")
+        words += [f"table {name}: column {c} removed" for c in a_cols if c not in b_cols]
+        for key in ("kind", "primary_key", "stream_key"):
+            if a[key] != b[key]:
+                words.append(f"table {name}: {key.replace('_', ' ')} {a[key]} -> {b[key]}")
+    return words, added
+
+
+def compare(view: View, row: tuple | None) -> ViewVersion:
+    """`row`: (fingerprint, tables, code, newer_fingerprint, newer_since_entry, newer_since_batch) or None."""
+    code = fingerprint(view)
+    if row is None:
+        return ViewVersion(view.name, code, None, "new", "", on_change=view.on_change)
+    stored, tables, parts, newer, since_entry, since_batch = row
+    extra = dict(newer=newer, since_batch=since_batch, since_entry=since_entry, on_change=view.on_change)
+    words, added = _differences(json.loads(tables), table_declarations(view.tables))
+    if words:
+        migrated = {(m.table, m.column) for m in view.migrations}
+        only_added = len(words) == len(added) and all(a in migrated for a in added)
+        return ViewVersion(view.name, code, stored, "migration" if only_added else "tables", "; ".join(words),
+                           **extra)
+    if code == stored:
+        return ViewVersion(view.name, code, stored, "same", "", **extra)
+    old_parts = json.loads(parts) if parts else {}
+    changed = [name for name, digest in code_parts(view).items() if old_parts.get(name) != digest]
+    changed += [f"{name} removed" for name in old_parts if name not in code_parts(view)]
+    return ViewVersion(view.name, code, stored, "code", ", ".join(changed) + " changed" if changed
+                       else "code changed", **extra)
+
+
+_ROW = "fingerprint, tables, code, newer_fingerprint, newer_since_entry, newer_since_batch"
+
+
+def read_versions(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Layout = LIVE
+                  ) -> dict[str, ViewVersion]:
+    recorded = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = "
+                           "'view_versions'", [layout.state]).fetchone()[0]  # not in a store no writer opened since
+    rows = {r[0]: r[1:] for r in con.execute(
+        f"SELECT view, {_ROW} FROM {layout.state}.view_versions").fetchall()} if recorded else {}
+    return {v.name: compare(v, rows.get(v.name)) for v in views}
+
+
+def record(con: duckdb.DuckDBPyConnection, view: View, layout: Layout = LIVE) -> None:
+    """The view's rows are (from now on) built by the code loaded now: its fingerprint, tables and parts."""
+    con.execute(f"INSERT OR REPLACE INTO {layout.state}.view_versions (view, fingerprint, version, tables, code, "
+                "recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [view.name, fingerprint(view), view.version, json.dumps(table_declarations(view.tables)),
+                 json.dumps(code_parts(view)), datetime.now(timezone.utc)])
+
+
+def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Layout = LIVE
+              ) -> dict[str, ViewVersion]:
+    """At a writer's open: record the views seen for the first time and create their tables, apply
+    declared migrations (each view's in one transaction with its new fingerprint), and leave a view
+    whose tables changed untouched (it is refused until rebuilt)."""
+    versions = read_versions(con, views, layout)
+    for view in views:
+        version = versions[view.name]
+        if version.change == "new":
+            physical = _physical(con, layout, view.tables)
+            con.execute("BEGIN TRANSACTION")
+            if physical is not None and physical != table_declarations(view.tables):
+                # a store made before versions were recorded, whose tables are not the declared ones
+                con.execute(f"INSERT INTO {layout.state}.view_versions (view, fingerprint, tables, recorded_at) "
+                            "VALUES (?, 'unrecorded', ?, ?)",
+                            [view.name, json.dumps(physical), datetime.now(timezone.utc)])
+            else:
+                record(con, view, layout)
+            con.execute("COMMIT")
+        elif version.change == "migration":
+            con.execute("BEGIN TRANSACTION")
+            old = {t["name"]: dict(map(tuple, t["columns"])) for t in json.loads(con.execute(
+                f"SELECT tables FROM {layout.state}.view_versions WHERE view = ?", [view.name]).fetchone()[0])}
+            for table in view.tables:
+                for column, sql_type in table.columns.items():
+                    if column not in old[table.name]:
+                        con.execute(f'ALTER TABLE {layout.table(table.name)} ADD COLUMN "{column}" {sql_type}')
+            record(con, view, layout)
+            con.execute("COMMIT")
+        else:
+            continue
+    versions = read_versions(con, views, layout)
+    for view in views:
+        if not versions[view.name].refused:  # (re)create a table dropped by hand; a refused view stays as it is
+            for table in view.tables:
+                con.execute(table.ddl(layout.table(table.name)))
+    return versions
+
+
+def record_projection(con: duckdb.DuckDBPyConnection, views: Sequence[View], first_entries: dict[str, tuple[int, str]],
+                      layout: Layout = LIVE) -> None:
+    """In a pass's commit: a view projected by code other than what built its rows is marked as mixed
+    from the pass's first batch on (the first time), with the newest code that projected it.
+    `first_entries`: view -> (entry_idx, batch_id) of the pass's first entry for it."""
+    for view in views:
+        if view.name not in first_entries:
+            continue
+        code = fingerprint(view)
+        entry_idx, batch_id = first_entries[view.name]
+        con.execute(f"""UPDATE {layout.state}.view_versions
+                        SET newer_fingerprint = ?, newer_since_entry = coalesce(newer_since_entry, ?),
+                            newer_since_batch = coalesce(newer_since_batch, ?)
+                        WHERE view = ? AND (fingerprint <> ? OR newer_fingerprint IS NOT NULL)""",
+                    [code, entry_idx, batch_id, view.name, code])
