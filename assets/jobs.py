@@ -3,15 +3,14 @@
 import dagster as dg
 
 from assets.ingest import event_batches
-from assets.partitions import STORE_POOL, STORE_TAGS
-from assets.views import projections
-from pipelines.registry import load_views, view_named
-from pipelines.run import rebuild
-from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
+from assets.partitions import STORE_TAGS
+from assets.views import REBUILD_CONFIG, projections
+from pipelines.registry import load_views
 
 ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 
 PROJECTION = dg.AssetSelection.assets(projections)  # the views, and the error and gap logs
+VIEWS = dg.AssetSelection.assets(*(v.name for v in ALL_VIEWS))
 
 # New landing files are ingested and projected in one run (the landing sensor's and `inorder run`'s):
 # a rejected file fails that run and its own partition, never the views' checks, and
@@ -30,22 +29,9 @@ project_job = dg.define_asset_job(
     description="Project every archived batch not yet committed; with tag inorder/tick=true, tick first")
 
 
-class RebuildConfig(dg.Config):
-    view: str
-
-
-@dg.op(pool=STORE_POOL)
-def rebuild_view_op(context: dg.OpExecutionContext, config: RebuildConfig, spark: SparkResource,
-                    read_store: ReadStoreResource, folders: FoldersResource) -> None:
-    view = view_named(ALL_VIEWS, config.view)
-    stats = rebuild(spark.session, inorder_home(read_store, folders), ALL_VIEWS, view, progress=context.log.info)
-    context.log_event(dg.AssetMaterialization(asset_key=view.name, metadata={
-        "rebuilt": dg.MetadataValue.bool(True),
-        "entries_replayed": dg.MetadataValue.int(stats.entries),
-        "handler_calls": dg.MetadataValue.int(stats.handler_calls),
-    }))
-
-
-@dg.job(tags=STORE_TAGS, description="Truncate a view and its state, then replay the archive with the recorded times")
-def rebuild_view() -> None:
-    rebuild_view_op()
+# Rebuild the views selected in the run (one or several: `asset_selection`, or "Materialize selected"
+# in the job's view in the UI): a materialisation of their assets, so their checks run after it.
+rebuild_job = dg.define_asset_job(
+    "rebuild_view", selection=VIEWS, tags=STORE_TAGS, config=REBUILD_CONFIG,
+    description="Rebuild the selected views from the archive beside the live ones, swap them in at once, "
+                "then run their checks")

@@ -1,4 +1,9 @@
-"""One asset per view. Selecting several shares one Spark pass (a subsettable multi-asset)."""
+"""One asset per view. Selecting several shares one Spark pass (a subsettable multi-asset).
+
+Each view's asset carries the view's fingerprint as its `code_version` (pipelines/versions.py), so
+the UI marks a view whose code changed since its last materialisation. Materialised with
+`rebuild: true` (the `rebuild_view` job), the selected views are rebuilt with no downtime, and their
+checks run after, as after any materialisation."""
 
 from typing import Iterator
 
@@ -9,9 +14,10 @@ from assets.partitions import STORE_POOL, TICK_TAG, run_time
 from pipelines.health import view_lag
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
-from pipelines.run import ProjectionStats, project_views
-from pipelines.status import blocked_streams, blocked_streams_markdown, newest_errors, read_status
+from pipelines.run import ProjectionStats, project_views, rebuild
+from pipelines.status import blocked_streams, blocked_streams_markdown, newest_errors, read_status, version_line
 from pipelines.store import OUTCOME_COLUMNS, Home, Store
+from pipelines.versions import fingerprint
 from pipelines.view import View
 from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
 
@@ -34,7 +40,7 @@ def _freshness(view: View) -> dg.FreshnessPolicy | None:
 
 VIEW_SPECS = [
     dg.AssetSpec(view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"}, skippable=True,
-                 description=_description(view), owners=list(view.owners), tags=dict(view.tags),
+                 description=_description(view), code_version=fingerprint(view), owners=list(view.owners), tags=dict(view.tags),
                  freshness_policy=_freshness(view),
                  metadata={"dagster/column_schema": dg.TableSchema(columns=[
                      dg.TableColumn(f"{t.name}.{name}" if len(view.tables) > 1 else name, sql_type,
@@ -68,12 +74,27 @@ def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], 
         "dagster/row_count": dg.MetadataValue.int(status.rows),
         "newest_errors": dg.MetadataValue.md(newest_errors(store.con, view.name)),
         "blocked_streams": dg.MetadataValue.md(blocked_streams_markdown(blocked_streams(store.con, [view]))),
+        **code_metadata(status.version),
     })
     if lag.ingestion_seconds is not None:
         metadata["lag/ingestion_seconds"] = dg.MetadataValue.float(round(lag.ingestion_seconds, 3))
     if lag.event_time_seconds is not None:
         metadata["lag/event_time_seconds"] = dg.MetadataValue.float(round(lag.event_time_seconds, 3))
     return metadata
+
+
+def code_metadata(version) -> dict:
+    """Which code built the view's rows: `code/state` says "matches the store", or since which batch
+    it is built by older code, or that its tables changed."""
+    return {"code/fingerprint": dg.MetadataValue.text(version.code),
+            "code/stored_fingerprint": dg.MetadataValue.text(version.stored or "-"),
+            "code/matches": dg.MetadataValue.bool(version.matches),
+            "code/state": dg.MetadataValue.text(version_line(version))}
+
+
+def rebuild_metadata(stats: ProjectionStats) -> dict:
+    return {"rebuilt": dg.MetadataValue.bool(True), "rebuild/entries_replayed": dg.MetadataValue.int(stats.entries),
+            "rebuild/passes": dg.MetadataValue.int(stats.passes)}
 
 
 def timing_metadata(stats: ProjectionStats) -> dict:
@@ -99,35 +120,62 @@ def publication_metadata(position: Position | str | None, error: str | None) -> 
     return metadata
 
 
+class ProjectionConfig(dg.Config):
+    rebuild: bool = False
+    """Rebuild the selected views from the archive (beside the live ones, swapped in at once) instead
+    of projecting what is new: after a change to a view's tables or handlers."""
+
+
+REFUSED = "refused"  # the metadata key of a refused view's observation
+REBUILD_CONFIG = {"ops": {"projections": {"config": {"rebuild": True}}}}
+
+
 @dg.multi_asset(specs=VIEW_SPECS + LOG_SPECS, can_subset=True, pool=STORE_POOL)
-def projections(context: dg.AssetExecutionContext, spark: SparkResource, read_store: ReadStoreResource,
-                folders: FoldersResource) -> Iterator[dg.MaterializeResult]:
+def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource,
+                read_store: ReadStoreResource, folders: FoldersResource
+                ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Project every archived batch not yet committed for the selected views, in ingest order.
 
     A tick materialises only the views whose streams it walked (the tick schedule and `inorder run`
     select just the views with a gap timer due), so a tick with nothing due materialises nothing and
     the views' checks, the Great Expectations suites among them, do not run on every tick. The
-    `errors` and `gaps` logs are materialised when selected, unless a tick walked nothing."""
+    `errors` and `gaps` logs are materialised when selected, unless a tick walked nothing.
+
+    A view whose stored tables are not its declared ones is not projected: the step logs why and
+    records an observation of it (the other views go on, and their checks run); the step fails when
+    it had nothing else to do."""
     home = inorder_home(read_store, folders)
     selected = [v for v in ALL_VIEWS if dg.AssetKey(v.name) in context.selected_asset_keys]
-    tick = context.run.tags.get(TICK_TAG) == "true"
-    stats = project_views(spark.session, home, ALL_VIEWS, selected, tick=tick, now=run_time(context),
-                          progress=context.log.info)
+    tick = context.run.tags.get(TICK_TAG) == "true" and not config.rebuild
+    if config.rebuild:
+        stats = ProjectionStats()
+        for view in selected:
+            stats.merge(rebuild(spark.session, home, ALL_VIEWS, view, progress=context.log.info))
+    else:
+        stats = project_views(spark.session, home, ALL_VIEWS, selected, tick=tick, now=run_time(context),
+                              progress=context.log.info)
     context.log.info(f"{stats.entries} entries in {stats.passes} passes, {stats.handler_calls} handler calls, "
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
     if stats.publish_error:
         context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")
     with Store.open_read_only(home) as store:
         positions = read_positions(store.con, selected)
+        for view_name, refusal in stats.refused.items():
+            context.log.error(refusal)
+            yield dg.AssetObservation(asset_key=view_name, metadata={REFUSED: dg.MetadataValue.text(refusal)})
         for i, view in enumerate(selected):
-            if tick and not stats.streams_touched.get(view.name):
+            if (tick and not stats.streams_touched.get(view.name)) or view.name in stats.refused:
                 continue
             position = positions[i] if isinstance(positions, list) else positions
             yield dg.MaterializeResult(
                 asset_key=view.name,
                 metadata={**view_metadata(store, home, view, stats.by_view.get(view.name, {}),
                                           stats.streams_touched.get(view.name, 0)),
-                          **timing_metadata(stats), **publication_metadata(position, stats.publish_error)})
+                          **timing_metadata(stats), **publication_metadata(position, stats.publish_error),
+                          **(rebuild_metadata(stats) if view.name in stats.rebuilt else {})})
         for key, metadata in LOG_METADATA.items():
             if dg.AssetKey(key) in context.selected_asset_keys and not (tick and not stats.streams_touched):
                 yield dg.MaterializeResult(asset_key=key, metadata=metadata(store))
+    if stats.refused and all(v.name in stats.refused for v in selected):
+        raise dg.Failure(description="; ".join(stats.refused.values()),
+                         metadata={REFUSED: dg.MetadataValue.json(stats.refused)})

@@ -119,6 +119,7 @@ def _views():
 
 
 RUN_VIEW_COUNTS = ("selected", *OUTCOME_COLUMNS, "gaps_skipped", "streams_touched")
+REFUSED_EXIT = 4  # `inorder run` projected the other views, but refused some whose tables changed
 
 
 def _run_document(report: CliRun) -> dict:
@@ -138,6 +139,7 @@ def _run_document(report: CliRun) -> dict:
         "seconds": round(report.seconds, 3),
         "dagster_run_ids": report.run_ids,
         "publish_error": report.publish_error,
+        "refused": report.refused,
     }
 
 
@@ -159,6 +161,10 @@ def cmd_run(args: argparse.Namespace) -> None:
               f"{len(run['dagster_run_ids'])} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
         for b in rejected:
             print(f"rejected batch (entry {b['entry_idx']}): {b['rejected_reason']}")
+    for line in run["refused"].values():  # the other views went on; this one waits for `inorder rebuild`
+        print(f"inorder: {line}", file=sys.stderr)
+    if run["refused"]:
+        sys.exit(REFUSED_EXIT)
     if run["publish_error"]:  # the views are committed in DuckDB; readers of PostgreSQL lag until it is caught up
         raise RuntimeError(f"publishing to PostgreSQL failed: {run['publish_error']} (DuckDB is committed; the next "
                            "run or `inorder publish` catches up)")
@@ -263,15 +269,15 @@ def cmd_operator(args: argparse.Namespace) -> None:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> None:
-    from pipelines.registry import view_named
-    from pipelines.run import rebuild
+    from inorder.dagster_runs import rebuild_through_dagster
 
     started = time.perf_counter()
-    views = _views()
-    view = view_named(views, args.view)
-    stats = rebuild(_spark(), _home(), views, view, progress=say)
-    print(f"rebuilt {args.view}: {stats.entries} entries replayed in {stats.passes} passes, "
-          f"{time.perf_counter() - started:.1f}s")
+    _known_view(args.view)
+    done = rebuild_through_dagster(_home(), args.view)
+    passed = sum(done.checks.values())
+    print(f"rebuilt {args.view}: {done.metadata.get('rebuild/entries_replayed', 0)} entries replayed in "
+          f"{done.metadata.get('rebuild/passes', 0)} passes and swapped in, {time.perf_counter() - started:.1f}s; "
+          f"checks: {passed} of {len(done.checks)} passed")
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
@@ -376,7 +382,8 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("publish", help="publish to PostgreSQL (INORDER_SERVE_POSTGRES) what it does not show yet")
     u.add_argument("--full", metavar="VIEW", help="replace this view's PostgreSQL tables with DuckDB's, in one transaction")
     u.set_defaults(func=cmd_publish)
-    b = sub.add_parser("rebuild", help="truncate a view and replay the archive")
+    b = sub.add_parser("rebuild", help="build a view anew from the archive beside the live one, swap it in "
+                                      "at once, then run its checks")
     b.add_argument("view")
     b.set_defaults(func=cmd_rebuild)
     k = sub.add_parser("spark", help="a warm Spark Connect server on loopback that runs of this home use")

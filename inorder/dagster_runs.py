@@ -52,6 +52,7 @@ class CliRun:
     run_ids: list[str] = field(default_factory=list)
     projection: dict = field(default_factory=dict)  # per view metadata
     publish_error: str | None = None  # PostgreSQL could not be brought to DuckDB's newest commit
+    refused: dict[str, str] = field(default_factory=dict)  # view -> why it was not projected (its tables changed)
     seconds: float = 0.0
 
 
@@ -70,6 +71,25 @@ def _materializations(instance: dg.DagsterInstance, run_id: str, key: str) -> di
         if materialization.asset_key == dg.AssetKey(key):
             found[materialization.partition] = {k: v.value for k, v in materialization.metadata.items()}
     return found
+
+
+def _refusals(home: Home, views) -> dict[str, str]:
+    """view -> the one line saying why runs do not project it (its tables changed), whether or not
+    this run had anything for it (a tick walks only the views with a timer due)."""
+    from pipelines.versions import read_versions
+
+    with Store.open_read_only(home) as store:
+        versions = read_versions(store.con, views)
+    return {name: version.refusal() for name, version in versions.items() if version.refused}
+
+
+def _only_refused(result: dg.ExecuteInProcessResult) -> bool:
+    """The run failed only because every view it was to project was refused."""
+    from assets.views import REFUSED
+
+    failures = [e for e in result.all_events if e.is_step_failure]
+    data = [f.step_failure_data.user_failure_data for f in failures]
+    return bool(failures) and all(d is not None and REFUSED in d.metadata for d in data)
 
 
 def _step_failure(result: dg.ExecuteInProcessResult):
@@ -150,7 +170,8 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
         report.ingested = [{"batch_id": b, **(archived.get(b) or rejected.get(b) or {})} for b in plan.batches]
         if rejected:
             result = execute(PROJECT, {TICK_TAG: "false"}, None)
-    if not result.success:
+    report.refused = _refusals(home, views)
+    if not result.success and not _only_refused(result):
         failure = _step_failure(result)
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure else "projection run failed")
     report.projection = {view.name: _materializations(instance, result.run_id, view.name).get(None, {})
@@ -172,3 +193,33 @@ def _publication_lag(home: Home, views) -> str | None:
         return positions
     behind = [f"{p.view} ({p.behind} entries)" for p in positions if not p.current]
     return f"PostgreSQL is behind DuckDB for {', '.join(behind)}" if behind else None
+
+
+@dataclass
+class CliRebuild:
+    run_id: str
+    metadata: dict  # the view's materialisation
+    checks: dict[str, bool]  # check name -> passed
+
+
+def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
+    """`inorder rebuild VIEW` as a run of the `rebuild_view` job on the instance: a materialisation of the
+    view's asset, so its checks run after it (a failed blocking check fails the command)."""
+    from assets.views import REBUILD_CONFIG
+    from inorder.definitions import defs
+
+    os.environ["INORDER_HOME"] = str(home.root)
+    instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
+    result = defs.resolve_job_def("rebuild_view").execute_in_process(
+        instance=instance, tags={CLI_HOME_TAG: str(home.root)}, run_config={**_run_config(), **REBUILD_CONFIG},
+        asset_selection=[dg.AssetKey(view)], raise_on_error=False)
+    checks = {}
+    for entry in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        evaluation = entry.dagster_event.event_specific_data
+        checks[evaluation.check_name] = evaluation.passed
+    if not result.success:
+        failure = _step_failure(result)
+        failed = sorted(name for name, passed in checks.items() if not passed)
+        raise RuntimeError(failure.step_failure_data.error.message.strip() if failure and
+                           failure.step_failure_data.error else f"the rebuild's checks failed: {', '.join(failed)}")
+    return CliRebuild(result.run_id, _materializations(instance, result.run_id, view).get(None, {}), checks)

@@ -10,6 +10,7 @@ import duckdb
 
 from pipelines.publish import Position
 from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
+from pipelines.versions import ViewVersion, read_versions
 from pipelines.view import View
 
 
@@ -28,6 +29,7 @@ class ViewStatus:
     gaps_skipped: int = 0
     last_batch: str | None = None
     rows: int = 0
+    version: ViewVersion | None = None  # the view's code against what built its rows
 
     @property
     def conserved(self) -> bool:
@@ -55,8 +57,9 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
         "FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived'").fetchone()
     status.rejected = con.execute(
         "SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' ORDER BY entry_idx").fetchall()
+    versions = read_versions(con, views)
     for view in views:
-        s = ViewStatus(view.name)
+        s = ViewStatus(view.name, version=versions[view.name])
         totals = con.execute(
             f"SELECT coalesce(sum(selected), 0), {', '.join(f'coalesce(sum({c}), 0)' for c in OUTCOME_COLUMNS)}, "
             "coalesce(sum(gaps_skipped), 0), arg_max(pending, entry_idx), arg_max(batch_id, entry_idx) "
@@ -73,9 +76,20 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
         s.errors_by_kind = dict(con.execute(
             "SELECT kind, count(*) FROM inorder.errors WHERE view = ? GROUP BY kind ORDER BY kind",
             [view.name]).fetchall())
-        s.rows = sum(con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in view.tables)
+        s.rows = sum(con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in view.tables
+                     if not s.version.refused or _exists(con, t.name))
         status.views.append(s)
     return status
+
+
+def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
+                       [table]).fetchone()[0] > 0
+
+
+def version_line(version: ViewVersion) -> str:
+    """`<view>: code <fingerprint>, store <fingerprint>: <what it means>` (status, the UI)."""
+    return f"{version.view}: code {version.code}, store {version.stored or '-'}: {version.describe()}"
 
 
 ERROR_KINDS = ("malformed", "handler_error", "late", "conflict")  # the kinds of rows in inorder.errors
@@ -222,6 +236,7 @@ def format_status(status: StoreStatus) -> str:
     for s in status.views:
         kinds = ", ".join(f"{k} {n}" for k, n in s.errors_by_kind.items()) or "none"
         lines.append(f"{s.view}: errors by kind: {kinds}; last batch {s.last_batch or '-'}")
+    lines += [version_line(s.version) for s in status.views]
     return "\n".join(lines)
 
 
@@ -241,6 +256,9 @@ def status_document(status: StoreStatus, positions: list[Position] | str | None)
             "pending": s.pending, "blocked_streams": s.blocked_streams, "oldest_wait_seconds": s.oldest_wait_seconds,
             "parked_streams": s.parked_streams, "gaps_skipped": s.gaps_skipped, "rows": s.rows,
             "conserved": s.conserved, "errors_by_kind": dict(s.errors_by_kind), "last_batch": s.last_batch,
+            "code": {"fingerprint": s.version.code, "stored_fingerprint": s.version.stored,
+                     "matches": s.version.matches, "change": s.version.change, "what": s.version.what,
+                     "older_code_since_batch": s.version.since_batch, "state": s.version.describe()},
         } for s in status.views],
         "postgres": None if positions is None else {
             "error": positions if isinstance(positions, str) else None,

@@ -1,0 +1,246 @@
+"""Views that change (issue 14): a view's fingerprint, what a run does when the code no longer matches
+what built the stored rows, migrations, and rebuilds beside the live view, swapped in at once.
+
+The shop's `orders` view is the one that changes (tests/shop_changed.py): a user's domain, not the bank's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import pipelines.project
+from pipelines.registry import load_views
+from pipelines.run import rebuild, run
+from pipelines.store import Home, Store
+from pipelines.versions import compare, fingerprint, read_versions, table_declarations
+from pipelines.view import Alerts, Thresholds, add_column, between
+from shop.generator import GeneratorConfig, generate
+from tests.harness import assert_conserved, assert_same_store, fresh_home, read_store
+from tests.shop_changed import changed_orders
+
+OTHERS = tuple(v for v in load_views("shop.views") if v.name != "orders")
+ORIGINAL = changed_orders("")
+T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
+
+
+def shop_views(change: str) -> list:
+    return [*OTHERS, changed_orders(change)]
+
+
+# -- the fingerprint ---------------------------------------------------------------------------------
+
+def _other_placed(event, tables) -> None:
+    ORIGINAL.handlers["OrderPlaced"](event, tables)
+
+
+def _predicate(event) -> bool:
+    return True
+
+
+(TABLE,) = ORIGINAL.tables
+CHANGES_THAT_COUNT = {
+    "a handler": dict(handlers={**ORIGINAL.handlers, "OrderPlaced": _other_placed}),
+    "a handler more": dict(handlers={**ORIGINAL.handlers, "Gift": _other_placed}),
+    "a handler less": dict(handlers={k: v for k, v in ORIGINAL.handlers.items() if k != "OrderPaid"}),
+    "a column": dict(tables=(replace(TABLE, columns={**TABLE.columns, "note": "VARCHAR"}),)),
+    "a column's type": dict(tables=(replace(TABLE, columns={**TABLE.columns, "total": "DECIMAL(14,2)"}),)),
+    "the primary key": dict(tables=(replace(TABLE, primary_key=("order_id", "customer_id")),)),
+    "the table's kind": dict(tables=(replace(TABLE, kind="append"),)),
+    "a subscription": dict(subscribes=("order", "customer")),
+    "gap_timeout": dict(gap_timeout=ORIGINAL.gap_timeout + 1),
+    "max_pending": dict(max_pending=ORIGINAL.max_pending + 1),
+    "on_error": dict(on_error="skip"),
+    "on_bug": dict(on_bug="skip"),
+    "a predicate": dict(predicate=_predicate),
+    "the version": dict(version="2"),
+}
+CHANGES_THAT_DO_NOT = {
+    "expectations": dict(expectations=(between("orders", "total", min_value=1),)),
+    "alerts": dict(alerts=Alerts(late_rate=Thresholds(0.2, 0.3))),
+    "owners and tags": dict(owners=("team:shop",), tags={"tier": "gold"}),
+    "freshness": dict(fresh_within=timedelta(hours=1)),
+    "on_change": dict(on_change="rebuild"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES_THAT_COUNT))
+def test_every_change_to_what_decides_rows_changes_the_fingerprint(change):
+    changed = replace(ORIGINAL, **CHANGES_THAT_COUNT[change])
+    assert fingerprint(changed) != fingerprint(ORIGINAL)
+    assert fingerprint(changed) == fingerprint(replace(ORIGINAL, **CHANGES_THAT_COUNT[change]))  # deterministic
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES_THAT_DO_NOT))
+def test_what_decides_no_row_leaves_the_fingerprint(change):
+    assert fingerprint(replace(ORIGINAL, **CHANGES_THAT_DO_NOT[change])) == fingerprint(ORIGINAL)
+
+
+def _stored(view) -> tuple:
+    from pipelines.versions import code_parts
+
+    return (fingerprint(view), json.dumps(table_declarations(view.tables)), json.dumps(code_parts(view)),
+            None, None, None)
+
+
+def test_a_change_is_classified_and_named():
+    row = _stored(ORIGINAL)
+    assert compare(ORIGINAL, row).change == "same" and compare(ORIGINAL, row).matches
+    assert compare(ORIGINAL, None).change == "new"
+    handler = compare(changed_orders("handler"), row)
+    assert (handler.change, handler.what) == ("code", "handler OrderPlaced changed")
+    table = compare(changed_orders("table"), row)
+    assert table.refused and table.what == "table orders: column channel VARCHAR added"
+    refusal = table.refusal()
+    assert "\n" not in refusal and "`inorder rebuild orders`" in refusal and "channel" in refusal
+    assert compare(changed_orders("migration"), row).change == "migration"
+    typed = compare(replace(ORIGINAL, **CHANGES_THAT_COUNT["a column's type"]), row)
+    assert typed.refused and "total DECIMAL(12,2) -> DECIMAL(14,2)" in typed.what
+    # a migration that declares more than a nullable column added is refused, not applied
+    both = replace(changed_orders("migration"), tables=(replace(changed_orders("migration").tables[0],
+                                                                primary_key=("order_id", "customer_id")),))
+    assert compare(both, row).refused
+
+
+def test_a_migration_must_name_a_declared_nullable_column():
+    with pytest.raises(ValueError, match="does not declare"):
+        replace(ORIGINAL, migrations=(add_column("orders", "nope"),))
+    with pytest.raises(ValueError, match="primary key"):
+        replace(ORIGINAL, migrations=(add_column("orders", "order_id"),))
+
+
+# -- the engine --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("shop-batches")
+    generate(folder, GeneratorConfig(events=2400, streams=50, batches=3, seed=14))
+    return sorted(folder.glob("*.jsonl"))
+
+
+def land_and_run(spark, home: Home, views, batch: Path, hour: int):
+    shutil.copy(batch, home.landing / batch.name)
+    return run(spark, home, views, now=T0 + timedelta(hours=hour))
+
+
+def fresh_run(spark, tmp_path: Path, views, batches: list[Path]) -> dict:
+    """The store a fresh home gets from the same batches at the same logical times, all with `views`."""
+    home = fresh_home(tmp_path, "fresh")
+    for hour, batch in enumerate(batches):
+        land_and_run(spark, home, views, batch, hour)
+    return read_store(home, views)
+
+
+def projected_by(home: Home, batch_id: str) -> set[str]:
+    """The views whose ledger has the batch."""
+    with Store.open_read_only(home) as store:
+        return {r[0] for r in store.con.execute("SELECT view FROM inorder.batches WHERE batch_id = ?",
+                                                 [batch_id]).fetchall()}
+
+
+def versions(home: Home, views) -> dict:
+    with Store.open_read_only(home) as store:
+        return read_versions(store.con, views)
+
+
+def test_a_changed_handler_goes_on_and_says_since_which_batch(spark, tmp_path, batches):
+    home = fresh_home(tmp_path)
+    for hour, batch in enumerate(batches[:2]):
+        land_and_run(spark, home, shop_views(""), batch, hour)
+    assert all(v.matches for v in versions(home, shop_views("")).values())
+    changed = shop_views("handler")
+    before = versions(home, changed)["orders"]
+    assert (before.change, before.newer) == ("code", None) and "built by older code" in before.describe()
+    stats = land_and_run(spark, home, changed, batches[2], 2).projection
+    assert stats.refused == {} and "orders" in stats.by_view  # it went on
+    after = versions(home, changed)
+    orders = after["orders"]
+    assert (orders.stored, orders.newer, orders.since_batch) == (fingerprint(ORIGINAL), fingerprint(changed[-1]),
+                                                                 batches[2].stem)
+    assert f"built by older code since batch {batches[2].stem}" in orders.describe() and not orders.matches
+    assert all(after[v.name].matches for v in OTHERS)
+    with Store.open_read_only(home) as store:  # the rows placed by batch 3 were built by the new handler
+        placed = store.con.execute("SELECT count(*) FILTER (WHERE customer_id = upper(customer_id)), count(*) "
+                                   "FROM orders").fetchone()
+    assert 0 < placed[0] < placed[1]
+
+
+def test_a_changed_table_is_refused_while_the_others_go_on_and_a_rebuild_equals_a_fresh_run(spark, tmp_path,
+                                                                                            batches):
+    home = fresh_home(tmp_path)
+    for hour, batch in enumerate(batches[:2]):
+        land_and_run(spark, home, shop_views(""), batch, hour)
+    old_orders = read_store(home, [ORIGINAL])["orders"]
+    changed = shop_views("table")
+    stats = land_and_run(spark, home, changed, batches[2], 2).projection
+    assert list(stats.refused) == ["orders"] and "\n" not in stats.refused["orders"]
+    assert "`inorder rebuild orders`" in stats.refused["orders"]
+    assert projected_by(home, batches[2].stem) == {v.name for v in OTHERS}  # the others went on
+    assert read_store(home, [ORIGINAL])["orders"] == old_orders  # untouched, still the old shape
+
+    rebuilt = rebuild(spark, home, changed, changed[-1])
+    assert rebuilt.rebuilt == ["orders"] and rebuilt.entries == 3
+    assert_same_store(read_store(home, changed), fresh_run(spark, tmp_path, changed, batches))
+    assert versions(home, changed)["orders"].matches
+    assert_conserved(home, changed)
+    with Store.open_read_only(home) as store:  # no shadow is left behind
+        assert store.con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name LIKE 'inorder_rebuild%'"
+                                 ).fetchone()[0] == 0
+
+
+def test_a_declared_migration_adds_the_column_in_place(spark, tmp_path, batches):
+    home = fresh_home(tmp_path)
+    for hour, batch in enumerate(batches[:2]):
+        land_and_run(spark, home, shop_views(""), batch, hour)
+    old = {r["order_id"]: r for r in read_store(home, [ORIGINAL])["orders"]}
+    migrated = shop_views("migration")
+    stats = land_and_run(spark, home, migrated, batches[2], 2).projection
+    assert stats.refused == {} and "orders" in stats.by_view
+    assert versions(home, migrated)["orders"].matches  # the migration recorded the new fingerprint
+    rows = {r["order_id"]: r for r in read_store(home, migrated)["orders"]}
+    untouched = [k for k, r in old.items() if rows[k]["version"] == r["version"]]
+    assert untouched and all(rows[k] == {**old[k], "channel": None} for k in untouched)
+    assert any(r["channel"] == "web" for r in rows.values())
+
+
+def test_on_change_rebuild_rebuilds_at_the_next_run(spark, tmp_path, batches):
+    home = fresh_home(tmp_path)
+    for hour, batch in enumerate(batches[:2]):
+        land_and_run(spark, home, shop_views(""), batch, hour)
+    changed = shop_views("rebuild")
+    report = land_and_run(spark, home, changed, batches[2], 2)
+    assert report.projection.rebuilt == ["orders"]
+    assert_same_store(read_store(home, changed), fresh_run(spark, tmp_path, changed, batches))
+    assert versions(home, changed)["orders"].matches
+
+
+def test_runs_go_on_during_the_replay_and_the_rebuild_catches_up_before_the_swap(spark, tmp_path, batches,
+                                                                                  monkeypatch):
+    """A run that ingests batch 3 while the rebuild's replay of batches 1 and 2 is in Spark: it is not
+    kept waiting (the replay holds neither the DuckDB file nor the writer lock), and the swapped-in
+    view has batch 3 too (the catch-up), equal to a fresh run of the new code."""
+    home = fresh_home(tmp_path)
+    for hour, batch in enumerate(batches[:2]):
+        land_and_run(spark, home, shop_views(""), batch, hour)
+    changed = shop_views("table")
+    real = pipelines.project._order_and_apply_in_spark
+    during: list = []
+
+    def replay_with_a_run_beside_it(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if args[-1].name == "rebuild_orders" and not during:  # the replay's pass (its own scratch folder)
+            during.append(land_and_run(spark, home, changed, batches[2], 2))
+        return out
+
+    monkeypatch.setattr(pipelines.project, "_order_and_apply_in_spark", replay_with_a_run_beside_it)
+    stats = rebuild(spark, home, changed, changed[-1])
+    (beside,) = during
+    assert [r.batch_id for r in beside.ingested] == [batches[2].stem]
+    assert list(beside.projection.refused) == ["orders"]  # refused until the swap
+    assert stats.passes == 2  # the replay (batches 1 and 2), then the catch-up (batch 3)
+    assert_same_store(read_store(home, changed), fresh_run(spark, tmp_path, changed, batches))
