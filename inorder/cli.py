@@ -274,10 +274,11 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     _known_view(args.view)
     done = rebuild_through_dagster(_home(), args.view)
-    passed = sum(done.checks.values())
+    failed = sorted(name for name, passed in done.checks.items() if not passed)
     print(f"rebuilt {args.view}: {done.metadata.get('rebuild/entries_replayed', 0)} entries replayed in "
           f"{done.metadata.get('rebuild/passes', 0)} passes and swapped in, {time.perf_counter() - started:.1f}s; "
-          f"checks: {passed} of {len(done.checks)} passed")
+          f"checks: {len(done.checks) - len(failed)} of {len(done.checks)} passed"
+          + (f" (failed: {', '.join(failed)})" if failed else ""))
 
 
 def cmd_publish(args: argparse.Namespace) -> None:

@@ -192,17 +192,50 @@ def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected
     assert not moved.passed and moved.metadata["moved_back"].value == 1
 
 
-def test_rebuild_view_job_replays_to_the_same_store(projected_home):
+def _rebuild_in_dagster(home: Home, view: str) -> dg.ExecuteInProcessResult:
+    """What the `rebuild_view` job runs for one view (its config; the view's asset and its checks)."""
+    from assets.jobs import rebuild_job
+    from assets.views import REBUILD_CONFIG
+
+    assert rebuild_job.config == REBUILD_CONFIG  # the job runs the same config
+    checks = _checks_for(view_named(BANK_VIEWS, view))
+    return dg.materialize([projections, checks],
+                          selection=dg.AssetSelection.assets(view) | dg.AssetSelection.checks_for_assets(view),
+                          run_config=REBUILD_CONFIG, resources=resources_for(home), raise_on_error=False)
+
+
+def test_rebuild_view_job_is_a_materialisation_whose_checks_run(projected_home):
     before = read_store(projected_home, BANK_VIEWS)
-    result = defs.resolve_job_def("rebuild_view").execute_in_process(
-        run_config={"ops": {"rebuild_view_op": {"config": {"view": "account_activity"}}}},
-        resources=resources_for(projected_home))
+    result = _rebuild_in_dagster(projected_home, "account_activity")
     assert result.success
     (materialization,) = [e.step_materialization_data.materialization for e in result.get_asset_materialization_events()]
     assert materialization.asset_key == dg.AssetKey("account_activity")
+    assert materialization.metadata["rebuilt"].value is True
+    assert materialization.metadata["rebuild/entries_replayed"].value > 0
+    assert materialization.metadata["code/matches"].value is True
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert {"conservation", "expectations", "watermarks_never_move_back"} <= set(checks)
+    assert checks["conservation"] and checks["expectations"]
     after = read_store(projected_home, BANK_VIEWS)
     for name in after:
         assert sorted(after[name], key=repr) == sorted(before[name], key=repr), name
+
+
+def test_a_rebuild_that_breaks_conservation_is_blocked_by_its_check(projected_home, monkeypatch):
+    import pipelines.run
+
+    real_swap = pipelines.run.swap
+
+    def swap_then_lose_a_count(store, view, shadow):
+        real_swap(store, view, shadow)
+        store.con.execute("UPDATE inorder.batches SET applied = applied + 1 WHERE view = ? "
+                          "AND entry_idx = (SELECT min(entry_idx) FROM inorder.batches)", [view.name])
+
+    monkeypatch.setattr(pipelines.run, "swap", swap_then_lose_a_count)
+    result = _rebuild_in_dagster(projected_home, "account_activity")
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["conservation"] is False
+    assert not result.success  # blocking: the run fails on it
 
 
 def test_a_second_writer_fails_with_one_clear_message(tmp_path):
