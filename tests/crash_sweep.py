@@ -7,7 +7,13 @@ never interrupted.
 A scenario is four `inorder run`s at fixed logical times over bank demo batches (with duplicates,
 conflicts, gaps, poison, malformed lines and a file that is rejected): two batches and a bad
 file; one more batch; a tick an hour later, so gaps time out; a straggler batch with late
-messages. The uninterrupted reference is snapshotted after each run. A crash case copies the
+messages. The uninterrupted reference is snapshotted after each run.
+
+Rebuild cases kill `inorder rebuild account_activity` (with the view's table changed:
+tests/bank_changed.py) at its own crash points, from the replay into the shadow to the swap's
+COMMIT. Right after the kill, the live store must be exactly as before the rebuild, or exactly as
+after it (when the kill came after the swap's commit), ignoring the shadow a killed rebuild leaves;
+the re-run must then give the same store as an uninterrupted rebuild, shadow gone. A crash case copies the
 snapshot before its run, lands that run's files, kills the run, re-runs it, and requires the
 store (view tables, watermarks, pending, errors, gaps, ledger, ingest log, archive) to equal the
 reference snapshot after that run, with the conservation identity holding; some cases then go
@@ -38,7 +44,10 @@ import pyarrow.parquet as pq
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 # columns that hold the wall clock or a generated id: the only ones a re-run may change
-VOLATILE = {"inorder.batches": {"committed_at"}, "inorder.errors": {"error_id"}}
+VOLATILE = {"inorder.batches": {"committed_at"}, "inorder.errors": {"error_id"},
+            "inorder.view_versions": {"recorded_at"}}
+REBUILT_VIEW = "account_activity"
+SHADOW_PREFIX = "inorder_rebuild_"  # pipelines/layout.py: a rebuild's shadow schemas
 
 
 @dataclass(frozen=True)
@@ -62,9 +71,13 @@ class Crash:
     nth: int = 1  # the n-th time the point is passed
     delay_us: int = 0  # kill this long after the point (lands inside what follows it)
     after_s: float = 0.0
+    rebuild: bool = False  # kill `inorder rebuild` after the `step`-th run, not the run
 
     @property
     def label(self) -> str:
+        if self.rebuild:
+            delay = f" +{self.delay_us}us" if self.delay_us else ""
+            return f"rebuild after run {self.step + 1}: {self.point}#{self.nth}{delay}"
         if self.point is None:
             return f"run {self.step + 1}: SIGKILL after {self.after_s:.2f}s"
         delay = f" +{self.delay_us}us" if self.delay_us else ""
@@ -89,8 +102,14 @@ NAMED = [
 # inside DuckDB: the projection's COMMIT (the tick run commits once) and the checkpoint on close
 INSIDE_DUCKDB = [("store.commit", 2, 1, us) for us in (0, 300, 1_000, 3_000, 10_000)] + \
                 [("store.close", 2, 2, us) for us in (0, 1_000, 5_000, 20_000)]
+# (point, nth) of `inorder rebuild`: the shadow's preparation, replay and commit, the catch-up, the swap
+# (store.commit #1 prepares the shadow, #2 commits the replay, #3 is the swap: the catch-up commits nothing)
+REBUILD_POINTS = [("rebuild.prepared", 1), ("project.planned", 1), ("apply.applied", 500), ("commit.begun", 1),
+                  ("commit.view_tables", 1), ("project.committed", 1), ("rebuild.replayed", 1),
+                  ("rebuild.caught_up", 1), ("store.commit", 3), ("rebuild.swapped", 1)]
+INSIDE_SWAP = [("store.commit", 3, us) for us in (300, 3_000, 30_000)]
 QUICK = [Crash(0, "ingest.archive_in_place", 2), Crash(0, "dagster.ingested"), Crash(2, "store.commit", 1, 1_000),
-         Crash(1, "publish.staged", 2)]
+         Crash(1, "publish.staged", 2), Crash(2, "store.commit", 3, 1_000, rebuild=True)]
 
 
 @dataclass
@@ -123,14 +142,22 @@ def run_env(home: Path, serve: tuple[str, str] | None = None) -> dict[str, str]:
     return {**env, "INORDER_HOME": str(home)}
 
 
-def inorder_run(home: Path, step: Step, crash: Crash | None = None,
+def inorder_run(home: Path, step: Step | None, crash: Crash | None = None,
                 serve: tuple[str, str] | None = None) -> tuple[int, float, str]:
+    """`inorder run` at the step's time; with no step, `inorder rebuild` of REBUILT_VIEW, changed."""
     env = run_env(home, serve)
     if crash is not None and crash.point is not None:
         env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
         env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)
+    command = ["run", "--now", step.now]
+    if step is None:
+        from tests.bank_changed import VIEWS
+
+        repo = str(Path(__file__).resolve().parents[1])
+        env.update(INORDER_VIEWS=VIEWS, PYTHONPATH=os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p))
+        command = ["rebuild", REBUILT_VIEW]
     started = time.perf_counter()
-    proc = subprocess.Popen([INORDER, "run", "--now", step.now], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([INORDER, *command], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     if crash is not None and crash.point is None:
         try:
@@ -147,12 +174,14 @@ def land(staging: Path, home: Path, step: Step) -> None:
         shutil.copy2(staging / name, home / "landing" / name)
 
 
-def store_snapshot(home: Path) -> dict[str, list]:
-    """Every table of the read store (minus VOLATILE columns) and every archived entry, sorted."""
+def store_snapshot(home: Path, shadows: bool = True) -> dict[str, list]:
+    """Every table of the read store (minus VOLATILE columns; without a rebuild's shadow tables unless
+    `shadows`) and every archived entry, sorted."""
     con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
     try:
         tables = [f"{schema}.{name}" for schema, name in con.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() ORDER BY ALL").fetchall()]
+            "SELECT schema_name, table_name FROM duckdb_tables() ORDER BY ALL").fetchall()
+            if shadows or not schema.startswith(SHADOW_PREFIX)]
         snapshot = {}
         for table in tables:
             skip = VOLATILE.get(table, set())
@@ -258,6 +287,47 @@ class Sweep:
     def snapshot_home(self, after_step: int) -> Path:
         return self.root / f"reference-{after_step}"
 
+    def rebuilt_home(self, after_step: int) -> Path:
+        """The store after an uninterrupted `inorder rebuild` that followed the `after_step`-th run."""
+        rebuilt = self.root / f"rebuilt-{after_step}"
+        if not rebuilt.exists():
+            shutil.copytree(self.snapshot_home(after_step), rebuilt)
+            if self.postgres:
+                copy_schema(self.postgres, self.schema_of(self.snapshot_home(after_step)), self.schema_of(rebuilt))
+            code, _, output = inorder_run(rebuilt, None, serve=self.serve(self.schema_of(rebuilt)))
+            if code != 0:
+                raise RuntimeError(f"the reference rebuild failed:\n{output}")
+        return rebuilt
+
+    def try_rebuild_crash(self, crash: Crash) -> Outcome:
+        """Kill the rebuild; the live store must be the one before it or the one after it; re-run it."""
+        started = time.perf_counter()
+        before, after = self.snapshot_home(crash.step), self.rebuilt_home(crash.step)
+        home = self.root / "case"
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(before, home)
+        if self.postgres:
+            copy_schema(self.postgres, self.schema_of(before), "case")
+        serve = self.serve("case")
+        code, _, output = inorder_run(home, None, crash, serve)
+        killed = code == -signal.SIGKILL
+        if not crash.delay_us and not killed:
+            raise AssertionError(f"{crash.label}: the crash point was not reached (exit {code}):\n{output[-2000:]}")
+        live = store_snapshot(home, shadows=False)
+        untouched = not first_difference(live, store_snapshot(before))
+        swapped = not first_difference(live, store_snapshot(after))
+        code, _, output = inorder_run(home, None, serve=serve)
+        if code != 0:
+            return Outcome(crash.label, killed, False, False, None, time.perf_counter() - started,
+                           f"re-run failed: {output[-1500:]}")
+        difference = ("" if untouched or swapped else
+                      f"after the kill, the live store is neither the old nor the new: "
+                      f"{first_difference(live, store_snapshot(before))}")
+        difference = difference or first_difference(self.snapshot(home, "case"),
+                                                     self.snapshot(after, self.schema_of(after)))
+        return Outcome(crash.label, killed, not difference, conserved(home), None, time.perf_counter() - started,
+                       difference)
+
     def prepare(self, runs: int = len(STEPS)) -> None:
         """Stage the batches and run the reference (its first `runs` runs), snapshotting the home after each."""
         shutil.rmtree(self.root, ignore_errors=True)
@@ -320,6 +390,9 @@ def full_plan(step_seconds: list[float], seed: int, random_kills: int, publishin
     rng = random.Random(seed)
     plan = [Crash(step, point, nth) for point, step, nth in NAMED if publishing or not point.startswith("publish.")]
     plan += [Crash(step, point, nth, delay) for point, step, nth, delay in INSIDE_DUCKDB]
+    last = len(STEPS) - 1
+    plan += [Crash(last, point, nth, rebuild=True) for point, nth in REBUILD_POINTS]
+    plan += [Crash(last, point, nth, delay, rebuild=True) for point, nth, delay in INSIDE_SWAP]
     for _ in range(random_kills):
         step = rng.randrange(len(STEPS))
         plan.append(Crash(step, None, after_s=round(rng.uniform(0.5, step_seconds[step]), 2)))
@@ -363,7 +436,7 @@ def sweep_main(args: argparse.Namespace) -> int:
     plan = plan or full_plan(sweep.step_seconds, args.seed, args.random, publishing)
     outcomes = []
     for i, crash in enumerate(plan):
-        outcomes.append(sweep.try_crash(crash, go_on=i % 4 == 0))
+        outcomes.append(sweep.try_rebuild_crash(crash) if crash.rebuild else sweep.try_crash(crash, go_on=i % 4 == 0))
         print(format_table(outcomes[-1:]).splitlines()[-1], flush=True)
     print(format_table(outcomes))
     survived = [o for o in outcomes if o.identical and o.conserved and o.continued is not False]
