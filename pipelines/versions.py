@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import duckdb
 
@@ -212,33 +213,40 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
         version = versions[view.name]
         if version.change == "new":
             physical = _physical(con, layout, view.tables)
-            con.execute("BEGIN TRANSACTION")
-            if physical is not None and physical != table_declarations(view.tables):
-                # a store made before versions were recorded, whose tables are not the declared ones
-                con.execute(f"INSERT INTO {layout.state}.view_versions (view, fingerprint, tables, recorded_at) "
-                            "VALUES (?, 'unrecorded', ?, ?)",
-                            [view.name, json.dumps(physical), datetime.now(timezone.utc)])
-            else:
-                record(con, view, layout)
-            con.execute("COMMIT")
+            with _transaction(con):
+                if physical is not None and physical != table_declarations(view.tables):
+                    # a store made before versions were recorded, whose tables are not the declared ones
+                    con.execute(f"INSERT INTO {layout.state}.view_versions (view, fingerprint, tables, recorded_at) "
+                                "VALUES (?, 'unrecorded', ?, ?)",
+                                [view.name, json.dumps(physical), datetime.now(timezone.utc)])
+                else:
+                    record(con, view, layout)
         elif version.change == "migration":
-            con.execute("BEGIN TRANSACTION")
-            old = {t["name"]: dict(map(tuple, t["columns"])) for t in json.loads(con.execute(
-                f"SELECT tables FROM {layout.state}.view_versions WHERE view = ?", [view.name]).fetchone()[0])}
-            for table in view.tables:
-                for column, sql_type in table.columns.items():
-                    if column not in old[table.name]:
-                        con.execute(f'ALTER TABLE {layout.table(table.name)} ADD COLUMN "{column}" {sql_type}')
-            record(con, view, layout)
-            con.execute("COMMIT")
-        else:
-            continue
+            with _transaction(con):
+                old = {t["name"]: dict(map(tuple, t["columns"])) for t in json.loads(con.execute(
+                    f"SELECT tables FROM {layout.state}.view_versions WHERE view = ?", [view.name]).fetchone()[0])}
+                for table in view.tables:
+                    for column, sql_type in table.columns.items():
+                        if column not in old[table.name]:
+                            con.execute(f'ALTER TABLE {layout.table(table.name)} ADD COLUMN "{column}" {sql_type}')
+                record(con, view, layout)
     versions = read_versions(con, views, layout)
     for view in views:
         if not versions[view.name].refused:  # (re)create a table dropped by hand; a refused view stays as it is
             for table in view.tables:
                 con.execute(table.ddl(layout.table(table.name)))
     return versions
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def record_projection(con: duckdb.DuckDBPyConnection, views: Sequence[View], first_entries: dict[str, tuple[int, str]],

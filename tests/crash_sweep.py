@@ -149,8 +149,9 @@ def inorder_run(home: Path, step: Step | None, crash: Crash | None = None,
     if crash is not None and crash.point is not None:
         env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
         env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)
-    command = ["run", "--now", step.now]
-    if step is None:
+    if step is not None:
+        command = ["run", "--now", step.now]
+    else:
         from tests.bank_changed import VIEWS
 
         repo = str(Path(__file__).resolve().parents[1])

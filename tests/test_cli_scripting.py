@@ -85,8 +85,8 @@ def test_run_json_says_what_the_store_holds_and_the_terminal_has_only_progress_l
     home, env, run = shop
     document = json.loads(run.stdout)
     assert set(document) == {"ran", "batches", "records", "applied", "views", "seconds", "dagster_run_ids",
-                             "publish_error"}
-    assert document["ran"] == "batches" and document["publish_error"] is None
+                             "publish_error", "refused"}
+    assert document["ran"] == "batches" and document["publish_error"] is None and document["refused"] == {}
     ingested = store_rows(home, "SELECT batch_id, entry_idx, status, records, malformed, reason "
                                 "FROM inorder.ingest_log WHERE kind = 'batch' ORDER BY entry_idx")
     assert [tuple(b.values()) for b in document["batches"]] == ingested
@@ -129,7 +129,10 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
     for v in document["views"]:
         assert set(v) == {"view", "streams", "selected", "outcomes", "pending", "blocked_streams",
                           "oldest_wait_seconds", "parked_streams", "gaps_skipped", "rows", "conserved",
-                          "errors_by_kind", "last_batch"}
+                          "errors_by_kind", "last_batch", "code"}
+        (fingerprint,), = store_rows(home, "SELECT fingerprint FROM inorder.view_versions WHERE view = ?", [v["view"]])
+        assert v["code"]["matches"] and v["code"]["stored_fingerprint"] == fingerprint == v["code"]["fingerprint"]
+        assert f"{v['view']}: code {fingerprint}, store {fingerprint}: matches the store" in text
         (selected, *outcomes), = store_rows(
             home, f"SELECT sum(selected), {', '.join(f'sum({c})' for c in OUTCOME_COLUMNS)} FROM inorder.batches "
                   "WHERE view = ?", [v["view"]])
