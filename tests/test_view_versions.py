@@ -16,7 +16,7 @@ import pytest
 
 import pipelines.project
 from pipelines.registry import load_views
-from pipelines.run import rebuild, run
+from pipelines.run import project_views, rebuild, run
 from pipelines.store import Home, Store
 from pipelines.versions import compare, fingerprint, read_versions, table_declarations
 from pipelines.view import Alerts, Thresholds, add_column, between
@@ -217,6 +217,17 @@ def test_on_change_rebuild_rebuilds_at_the_next_run(spark, tmp_path, batches):
     assert report.projection.rebuilt == ["orders"]
     assert_same_store(read_store(home, changed), fresh_run(spark, tmp_path, changed, batches))
     assert versions(home, changed)["orders"].matches
+
+
+def test_on_change_rebuild_rebuilds_when_dagster_projects_too(spark, tmp_path, batches):
+    """`project_views` (the projections asset's engine call) rebuilds such a view as `run` does."""
+    home = fresh_home(tmp_path)
+    for hour, batch in enumerate(batches):
+        land_and_run(spark, home, shop_views(""), batch, hour)
+    changed = shop_views("rebuild")
+    stats = project_views(spark, home, changed, changed)
+    assert stats.rebuilt == ["orders"] and stats.by_view["orders"]["selected"] > 0
+    assert_same_store(read_store(home, changed), fresh_run(spark, tmp_path, changed, batches))
 
 
 def test_runs_go_on_during_the_replay_and_the_rebuild_catches_up_before_the_swap(spark, tmp_path, batches,
