@@ -18,6 +18,10 @@ from pipelines.message import Event, Message
 from pipelines.view import Reject, View
 
 
+class NotParked(ValueError):
+    """retry/skip was asked for a stream that is not parked: refused, and nothing is recorded."""
+
+
 @dataclass(frozen=True)
 class PassEntry:
     """One entry of the pass as a view sees it."""

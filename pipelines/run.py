@@ -23,6 +23,7 @@ from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, vi
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark import stage_progress
 from pipelines.layout import LIVE, Layout
+from pipelines.order import NotParked
 from pipelines.rebuild import prepare_shadow, swap
 from pipelines.store import Home, Store, take_lock, us_from_utc
 from pipelines.versions import read_versions
@@ -371,10 +372,6 @@ def publish(home: Home, views: Sequence[View], full: View | None = None) -> list
     if publisher.refused:  # the other views were published
         raise PublishError(next(iter(publisher.refused.values())))
     return done
-
-
-class NotParked(ValueError):
-    """retry/skip was asked for a stream that is not parked."""
 
 
 def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view: View, streams: Sequence[str] | None,

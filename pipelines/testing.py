@@ -10,6 +10,10 @@
 The records are one batch in the default record shape (or a source mapping's). They go through the
 engine's own inspection (`pipelines.inspect`), ordering walk (`pipelines.order.walk_stream`) and
 apply code, so a view behaves here as it does in `inorder run` on the same batch.
+
+`replay_entries` runs views over a whole ingest log in memory: batch files (JSON Lines, CSV or
+Parquet), ticks and operators' retry/skip, each at its logical time, one run per entry as `inorder
+run` would, with the state a run keeps in the store carried from one entry to the next.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from pipelines.inspect import SourceMapping, inspect_json_lines
+from pathlib import Path
+
+from pipelines.inspect import RejectedFile, SourceMapping, inspect_file, inspect_json_lines
 from pipelines.message import Message
-from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.order import NotParked, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.store import us_from_utc
 from pipelines.view import Table, View
 
@@ -99,3 +105,198 @@ def _aggregate_rows(table: Table, sums: dict) -> list[dict]:
     single = len(table.primary_key) == 1
     return [{**dict(zip(table.primary_key, (key,) if single else key)), **zero, **values}
             for key, values in sums.items()]
+
+
+@dataclass(frozen=True)
+class ReplayEntry:
+    """One entry of the ingest log for `replay_entries`, at logical time `received_at`: a batch file
+    (`data`, its format from `file_name`'s suffix; its batch id is the name's stem), a tick, or an
+    operator's retry/skip of a parked stream of `target_view`."""
+
+    kind: str  # batch | tick | retry | skip
+    received_at: datetime
+    data: bytes = b""
+    file_name: str = ""
+    target_view: str | None = None
+    target_stream: str | None = None
+
+    @property
+    def batch_id(self) -> str:
+        return Path(self.file_name).stem
+
+
+@dataclass
+class ReplayedStore:
+    """What the read store would hold after the entries: each table's rows (typed values, sorted by
+    primary key) and the engine tables' rows under their column names (docs/STORE.md), times in
+    microseconds; `rejected` (batch id, reason) for files set aside, `refused` (view, stream, why) for
+    operator actions on streams that were not parked (refused, nothing recorded)."""
+
+    tables: dict[str, list[dict]] = field(default_factory=dict)
+    watermarks: list[dict] = field(default_factory=list)
+    pending: list[dict] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+    gaps: list[dict] = field(default_factory=list)
+    batches: list[dict] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+OUTCOMES = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
+
+
+class _ViewState:
+    """One view's part of the store between entries: per stream its state and buffer, its rows."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self.streams: dict[str, StreamState] = {}
+        self.pending: dict[str, list[Message]] = {}
+        self.updated: dict[str, tuple[int, int | None]] = {}  # stream -> (updated_entry, prev_last_seq)
+        self.keyed: dict[str, dict[str, list[dict]]] = {t.name: {} for t in view.tables if t.kind == "keyed"}
+        self.appended: dict[str, list[dict]] = {t.name: [] for t in view.tables if t.kind == "append"}
+        self.sums: dict[str, dict] = {}
+
+
+def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mapping: SourceMapping | None = None
+                   ) -> ReplayedStore:
+    """Run `views` over an ingest log in memory, entry by entry, as `inorder run` would run each one:
+    a batch already ingested is skipped, an unreadable or empty file is set aside, a tick is recorded
+    only when logical time moved, and an operator action on a stream that is not parked is refused."""
+    mapping = mapping or SourceMapping()
+    states = {v.name: _ViewState(v) for v in views}
+    subscribed = {t for v in views for t in v.subscribes}
+    store = ReplayedStore()
+    seen: set[str] = set()
+    entry_idx, last_us = 0, None
+    for e in entries:
+        t_us = us_from_utc(e.received_at)
+        by_stream: dict[str, list[Message]] = {}
+        base = dict.fromkeys(("records", "malformed", "normalised", "unrouted"), 0)
+        if e.kind == "batch":
+            if e.batch_id in seen:
+                continue
+            seen.add(e.batch_id)
+            entry_idx, last_us = entry_idx + 1, t_us
+            try:
+                inspected = inspect_file(Path(e.file_name), e.batch_id, entry_idx, mapping, e.data)
+            except RejectedFile as exc:
+                store.rejected.append((e.batch_id, str(exc)))
+                continue
+            for line, raw, reason in inspected.malformed:
+                store.errors.append({"view": None, "stream_id": None, "seq": None, "kind": "malformed",
+                                     "batch_id": e.batch_id, "line": line, "raw": raw, "reason": reason,
+                                     "logged_at": t_us, "entry_idx": entry_idx})
+            rows = inspected.messages.to_pylist()
+            base.update(records=inspected.records, malformed=len(inspected.malformed), normalised=len(rows),
+                        unrouted=sum(r["stream_type"] not in subscribed for r in rows))
+            for row in rows:
+                by_stream.setdefault(row["stream_id"], []).append(Message(**{n: row[n] for n in Message._fields}))
+            entry = PassEntry(entry_idx, e.batch_id, "batch", t_us)
+        elif e.kind == "tick":
+            if last_us is not None and t_us <= last_us:
+                continue
+            entry_idx, last_us = entry_idx + 1, t_us
+            entry = PassEntry(entry_idx, f"tick-{entry_idx}", "tick", t_us)
+        elif e.kind in ("retry", "skip"):
+            state = states[e.target_view].streams.get(e.target_stream)
+            if state is None or not state.parked:
+                store.refused.append((e.target_view, e.target_stream, str(NotParked(
+                    f"stream {e.target_stream!r} of view {e.target_view} is not parked"))))
+                continue
+            entry_idx = entry_idx + 1
+            entry = PassEntry(entry_idx, f"{e.kind}-{entry_idx}", e.kind, last_us, e.target_stream)
+        else:
+            raise ValueError(f"unknown entry kind {e.kind!r}")
+        for view in views:
+            if entry.kind in ("retry", "skip") and view.name != e.target_view:
+                continue
+            _project_entry(states[view.name], entry, by_stream, base, store, mapping.first_seq)
+    for vs in states.values():
+        _store_view(vs, store)
+    return store
+
+
+def _due(view: View, state: StreamState, buffered: int, t_us: int) -> bool:
+    """A buffered stream a run walks with no new message: its gap timer is due, or its buffer is over
+    max_pending (the others would walk to the state they have: pipelines/project.py's WALK_BUFFER)."""
+    return not state.parked and (state.blocked_since_us is None or buffered > view.max_pending
+                                 or state.blocked_since_us + view.gap_timeout_us <= t_us)
+
+
+def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[Message]], base: dict,
+                   store: ReplayedStore, first_seq: int) -> None:
+    """One run's projection of one entry for one view, and its commit (the state it keeps)."""
+    view = vs.view
+    new = {sid: [m for m in msgs if m.stream_type in view.subscribes] for sid, msgs in by_stream.items()}
+    new = {sid: msgs for sid, msgs in new.items() if msgs}
+    walked = set(new) | {sid for sid, msgs in vs.pending.items()
+                         if msgs and _due(view, vs.streams[sid], len(msgs), entry.t_us)}
+    if entry.target_stream is not None:
+        walked.add(entry.target_stream)
+    out = PassOutput()
+    for sid in sorted(walked):
+        before = vs.streams.get(sid)
+        prev = None if before is None else before.last_seq
+        state = before or StreamState(last_seq=first_seq - 1)
+        state.keyed_rows = {name: [dict(r) for r in rows.get(sid, [])] for name, rows in vs.keyed.items()}
+        state.newest_rows = {name: next((r for r in reversed(rows) if r[_stream_key(view, name)] == sid), None)
+                             for name, rows in vs.appended.items()}
+        walk_stream(view, sid, state, vs.pending.get(sid, []), new.get(sid, []), [entry], out, vs.sums)
+        if state.stream_type is not None:
+            vs.streams[sid] = state
+            vs.updated[sid] = (entry.entry_idx, prev)
+        vs.pending[sid] = []
+    for kind, _, sid, _, name, data, msg in out.records:
+        if kind == "pending":
+            vs.pending[sid].append(msg)
+        elif kind == "rows" and name in vs.keyed:
+            vs.keyed[name][sid] = data
+        elif kind == "rows":
+            vs.appended[name].extend(data)
+        elif kind == "error":
+            store.errors.append({"view": view.name, "stream_id": sid, **_message(msg), "kind": name,
+                                 **{k: v for k, v in data.items() if k != "logged_at_us"},
+                                 "logged_at": data["logged_at_us"], "entry_idx": entry.entry_idx})
+        elif kind == "gap":
+            store.gaps.append({"view": view.name, "stream_id": sid, "first_missing": data["first_missing"],
+                               "last_missing": data["last_missing"], "waited_seconds": data["waited_us"] / 1e6,
+                               "reason": name, "batch_id": data["batch_id"], "skipped_at": data["skipped_at_us"],
+                               "entry_idx": entry.entry_idx})
+    counts = {name: out.counts.get((view.name, entry.entry_idx, name), 0)
+              for name in ("selected", *OUTCOMES, "gaps_skipped")}
+    store.batches.append({"batch_id": entry.batch_id, "view": view.name, "entry_idx": entry.entry_idx,
+                          "kind": entry.kind, "received_at": entry.t_us, **base, **counts,
+                          "pending": sum(len(msgs) for msgs in vs.pending.values())})
+
+
+def _stream_key(view: View, table: str) -> str:
+    return view.table(table).stream_key
+
+
+def _message(msg: Message) -> dict:
+    return {"seq": msg.seq, "event_type": msg.event_type, "payload": msg.payload, "occurred_at": msg.occurred_at,
+            "event_id": msg.event_id, "batch_id": msg.batch_id, "line": msg.line}
+
+
+def _store_view(vs: _ViewState, store: ReplayedStore) -> None:
+    view = vs.view
+    for sid, state in sorted(vs.streams.items()):
+        updated_entry, prev = vs.updated[sid]
+        store.watermarks.append({
+            "view": view.name, "stream_id": sid, "stream_type": state.stream_type, "last_seq": state.last_seq,
+            "blocked_at": state.blocked_at, "blocked_since": state.blocked_since_us, "parked": state.parked,
+            "pending_count": len(vs.pending.get(sid, [])), "attempts": state.attempts,
+            "updated_entry": updated_entry, "prev_last_seq": prev})
+        for msg in sorted(vs.pending.get(sid, [])):
+            store.pending.append({"view": view.name, "stream_id": sid, "stream_type": msg.stream_type,
+                                  **_message(msg), "entry_idx": msg.entry_idx})
+    for table in view.tables:
+        if table.kind == "keyed":
+            rows = [r for _, stream_rows in sorted(vs.keyed[table.name].items()) for r in stream_rows]
+        elif table.kind == "append":
+            rows = list(vs.appended[table.name])
+        else:
+            rows = _aggregate_rows(table, vs.sums.get(table.name, {}))
+        keys = table.primary_key
+        store.tables[table.name] = sorted(rows, key=lambda row: tuple(row[c] for c in keys))

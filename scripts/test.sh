@@ -3,5 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# the `long` tests (cluster, benchmark suite) run in scripts/reliability.sh, keeping CI under 25 minutes
+# the `long` tests (cluster, benchmark suite) run in scripts/reliability.sh, keeping CI under 25 minutes;
+# the `ci` Hypothesis profile: derandomized, 500 examples for the fast model tests (tests/conftest.py)
+export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 exec .venv/bin/python -m pytest -m "not long" "$@"

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import duckdb
 
+from pipelines.order import NotParked
 from pipelines.run import operator_action, run
 from pipelines.status import read_status
 from pipelines.store import Home, Store, us_from_utc
@@ -30,8 +31,9 @@ def write_batch(home: Home, entry: Entry) -> Path:
 
 
 def run_entries(spark, home: Home, views: Sequence[View], entries: Sequence[Entry],
-                check_conservation: bool = True) -> None:
-    """One engine run per entry, at the entry's logical time."""
+                check_conservation: bool = True, refused: list | None = None) -> None:
+    """One engine run per entry, at the entry's logical time; a retry/skip the engine refuses (the
+    stream is not parked) is appended to `refused` as (view, stream)."""
     Store.open(home, views).close()
     for entry in entries:
         if entry.kind == "batch":
@@ -41,7 +43,12 @@ def run_entries(spark, home: Home, views: Sequence[View], entries: Sequence[Entr
             run(spark, home, views, now=entry_time(entry))
         else:
             view = next(v for v in views if v.name == entry.target_view)
-            operator_action(spark, home, views, view, [entry.target_stream], entry.kind)
+            try:
+                operator_action(spark, home, views, view, [entry.target_stream], entry.kind)
+            except NotParked:
+                if refused is None:
+                    raise
+                refused.append((view.name, entry.target_stream))
         if check_conservation:
             assert_conserved(home, views)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import math
 from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -352,6 +352,9 @@ class Model:
         self.ledger: list[dict] = []
         self.seen: set[str] = set()
         self.last_T: float | None = None  # the latest logical time recorded
+        # (view, stream) of each retry/skip refused: the stream was not parked (nothing is recorded)
+        self.refused: list[tuple[str, str]] = []
+        self.entry_idx = 0  # entries recorded in the ingest log: new batches (rejected too), ticks, actions
 
     def process(self, e: Entry) -> None:
         if e.kind == "batch":
@@ -359,6 +362,7 @@ class Model:
                 return
             self.seen.add(e.batch_id)
             self.last_T = e.T
+            self.entry_idx += 1
             lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else list(e.lines or [])
             if not lines:
                 return  # an empty file is set aside as a rejected batch: no ledger rows, time does not move
@@ -382,6 +386,8 @@ class Model:
             if self.last_T is not None and e.T <= self.last_T:
                 return  # logical time has not moved: nothing to tick, no entry
             self.last_T = e.T
+            self.entry_idx += 1
+            e = replace(e, batch_id=f"tick-{self.entry_idx}")  # the name the engine gives the entry
             for view in self.views.values():
                 self._entry_for_view(view, e, [], {})
         elif e.kind in ("retry", "skip"):
@@ -418,16 +424,22 @@ class Model:
         self._ledger(view, e, c, base)
 
     def _operator(self, e: Entry) -> None:
+        """retry/skip of a parked stream (at the latest logical time); of any other stream it is refused,
+        and nothing is recorded (no entry, no ledger row)."""
         view = self.views[e.target_view]
         c: Counter = Counter()
         s = self.streams[view.name].get(e.target_stream)
-        if s is not None and s.parked:
-            s.parked = False
-            if e.kind == "skip":
-                del s.pending[s.last_seq + 1]  # the parked message: its outcome is handler_error
-                s.last_seq, s.attempts = s.last_seq + 1, 0
-                c["handler_error"] += 1
-            self._walk(view, e.target_stream, s, e, c)
+        if s is None or not s.parked:
+            self.refused.append((view.name, e.target_stream))
+            return
+        self.entry_idx += 1
+        e = replace(e, batch_id=f"{e.kind}-{self.entry_idx}")  # the name the engine gives the entry
+        s.parked = False
+        if e.kind == "skip":
+            del s.pending[s.last_seq + 1]  # the parked message: its outcome is handler_error
+            s.last_seq, s.attempts = s.last_seq + 1, 0
+            c["handler_error"] += 1
+        self._walk(view, e.target_stream, s, e, c)
         self._ledger(view, e, c, {})
 
     def _walk(self, view: Any, stream_id: str, s: _Stream, e: Entry, c: Counter) -> None:
@@ -521,9 +533,12 @@ class Model:
         return out
 
 
-def run_model(entries: list[Entry], views: Any, first_seq: int = 1,
-              max_record_bytes: int = 1 << 20) -> dict[str, list[dict]]:
+def run_model(entries: list[Entry], views: Any, first_seq: int = 1, max_record_bytes: int = 1 << 20,
+              refused: list | None = None) -> dict[str, list[dict]]:
+    """The store after `entries`; the retry/skip entries it refused are appended to `refused`."""
     model = Model(views, first_seq, max_record_bytes)
     for entry in entries:
         model.process(entry)
+    if refused is not None:
+        refused.extend(model.refused)
     return model.result()

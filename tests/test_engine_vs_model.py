@@ -21,10 +21,10 @@ PARKING = dataclasses.replace(accounts_view.VIEW, on_error="park", max_pending=6
 VIEW_TABLES = ("accounts", "account_activity", "daily_totals")
 
 
-def engine_store(spark, views, entries):
+def engine_store(spark, views, entries, refused: list | None = None):
     with tempfile.TemporaryDirectory() as tmp:
         home = fresh_home(Path(tmp))
-        run_entries(spark, home, views, entries)
+        run_entries(spark, home, views, entries, refused=refused)
         return read_store(home, views)
 
 
@@ -53,23 +53,32 @@ def test_parking_view_with_operator_actions_matches_model(spark, entries, data):
         kind = data.draw(st.sampled_from(["retry", "skip"]))
         with_operators.insert(at, Entry(kind, "", t, target_view="accounts",
                                         target_stream=data.draw(st.sampled_from(streams))))
-    # an operator action only exists for a parked stream, as the CLI refuses others: keep those
-    model_entries = _only_on_parked(with_operators)
-    assert_same_store(engine_store(spark, [PARKING], model_entries), run_model(model_entries, [PARKING]))
+    # an action on a stream that is not parked is refused by the engine (NotParked), and by the model
+    numbered = _numbered(with_operators)
+    engine_refused: list = []
+    model_refused: list = []
+    engine = engine_store(spark, [PARKING], numbered, refused=engine_refused)
+    assert_same_store(engine, run_model(numbered, [PARKING], refused=model_refused))
+    assert engine_refused == model_refused
 
 
-def _only_on_parked(entries: list[Entry]) -> list[Entry]:
-    kept: list[Entry] = []
+def _numbered(entries: list[Entry]) -> list[Entry]:
+    """Ticks and operator actions named as the engine names their entries (`<kind>-<entry_idx>`); a
+    refused action records no entry, so it takes no number."""
+    numbered: list[Entry] = []
+    recorded = 0
     for entry in entries:
         if entry.kind in ("retry", "skip"):
-            parked = {(w["view"], w["stream_id"]) for w in run_model(kept, [PARKING])["watermarks"] if w["parked"]}
-            if (entry.target_view, entry.target_stream) not in parked:
+            refused: list = []
+            run_model([*numbered, entry], [PARKING], refused=refused)
+            if refused:
+                numbered.append(entry)
                 continue
-            entry = dataclasses.replace(entry, batch_id=f"{entry.kind}-{len(kept) + 1}")
-        elif entry.kind == "tick":
-            entry = dataclasses.replace(entry, batch_id=f"tick-{len(kept) + 1}")
-        kept.append(entry)
-    return kept
+        if entry.kind != "batch":
+            entry = dataclasses.replace(entry, batch_id=f"{entry.kind}-{recorded + 1}")
+        recorded += 1
+        numbered.append(entry)
+    return numbered
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))

@@ -174,7 +174,8 @@ def test_park_then_retry_then_skip():
     (w,) = rows(out, "watermarks", stream_id="a")
     assert (w["parked"], w["last_seq"], w["pending_count"]) == (True, 1, 2)
     assert len(rows(out, "errors", kind="handler_error")) == 2  # each failed attempt is logged
-    assert ledger(out)["op-2"]["handler_error"] == 0 and ledger(out)["op-2"]["pending"] == 2
+    # the model names an operator's entry as the engine does: <kind>-<entry_idx>
+    assert ledger(out)["retry-2"]["handler_error"] == 0 and ledger(out)["retry-2"]["pending"] == 2
 
     out = run_model([
         batch(1, 0, opened("a"), wd("a", 2, 5), dep("a", 3, 9), opened("b")),
@@ -184,7 +185,7 @@ def test_park_then_retry_then_skip():
     ], [parking])
     led = ledger(out)
     assert led["b3"]["duplicate"] == 1 and led["b3"]["pending"] == 3
-    assert (led["op-4"]["handler_error"], led["op-4"]["applied"], led["op-4"]["pending"]) == (1, 2, 0)
+    assert (led["skip-4"]["handler_error"], led["skip-4"]["applied"], led["skip-4"]["pending"]) == (1, 2, 0)
     assert balance(out, "a") == Decimal("10.00")
     (w,) = rows(out, "watermarks", stream_id="a")
     assert (w["parked"], w["last_seq"], w["pending_count"]) == (False, 4, 0)
@@ -199,7 +200,7 @@ def test_operator_entries_touch_only_the_target_view():
                      Entry("skip", "op-2", T0 + 1, target_view="accounts", target_stream="a")],
                     [parking, other])
     assert [(r["batch_id"], r["view"]) for r in out["batches"]] == [
-        ("b1", "accounts"), ("b1", "accounts_copy"), ("op-2", "accounts")]
+        ("b1", "accounts"), ("b1", "accounts_copy"), ("skip-2", "accounts")]
 
 
 def test_capacity_skip():
