@@ -475,7 +475,7 @@ def _parquet_record_sizes(batch: pa.RecordBatch, records: list[dict]) -> list[in
             for size, record in zip(sizes.to_pylist(), records)]
 
 
-def _parquet_records(path: Path | pa.BufferReader, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
+def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for unreadable files
@@ -513,13 +513,12 @@ class InspectedBatch:
 def inspect_file(path: Path, batch_id: str, entry_idx: int, mapping: SourceMapping,
                  data: bytes | None = None) -> InspectedBatch:
     """Normalise every record of a landing file. Raises RejectedFile when the file is unreadable.
-    `data`: its content when the caller has read it already (ingest hashes it)."""
+    `data`: its content when the caller has read it already (ingest hashes it); Parquet is read from `path`."""
     fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise RejectedFile(f"unsupported file type {path.suffix!r} (expected .jsonl, .csv or .parquet)")
     if fmt == "parquet":
-        source = path if data is None else pa.BufferReader(data)
-        return inspect_records(_parquet_records(source, mapping), batch_id, entry_idx)
+        return inspect_records(_parquet_records(path, mapping), batch_id, entry_idx)
     try:
         data = path.read_bytes() if data is None else data
     except OSError as exc:

@@ -19,13 +19,14 @@ run` would, with the state a run keeps in the store carried from one entry to th
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 from pathlib import Path
 
-from pipelines.inspect import RejectedFile, SourceMapping, inspect_file, inspect_json_lines
+from pipelines.inspect import InspectedBatch, RejectedFile, SourceMapping, inspect_file, inspect_json_lines
 from pipelines.message import Message
 from pipelines.order import NotParked, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.store import us_from_utc
@@ -179,7 +180,7 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
             seen.add(e.batch_id)
             entry_idx, last_us = entry_idx + 1, t_us
             try:
-                inspected = inspect_file(Path(e.file_name), e.batch_id, entry_idx, mapping, e.data)
+                inspected = _inspect(e, entry_idx, mapping)
             except RejectedFile as exc:
                 store.rejected.append((e.batch_id, str(exc)))
                 continue
@@ -215,6 +216,16 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
     for vs in states.values():
         _store_view(vs, store)
     return store
+
+
+def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
+    """The entry's file, inspected as the landing file it stands for (Parquet is read from a file)."""
+    if Path(e.file_name).suffix.lower() != ".parquet":
+        return inspect_file(Path(e.file_name), e.batch_id, entry_idx, mapping, e.data)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / Path(e.file_name).name
+        path.write_bytes(e.data)
+        return inspect_file(path, e.batch_id, entry_idx, mapping)
 
 
 def _due(view: View, state: StreamState, buffered: int, t_us: int) -> bool:

@@ -7,17 +7,9 @@ import os
 import sys
 
 import pytest
-from hypothesis import settings
 
+import tests.profiles  # noqa: F401 - registers and loads the Hypothesis profile
 from scripts.cluster import QUICK_JVM
-
-# Hypothesis profiles (HYPOTHESIS_PROFILE; scripts/test.sh, CI, uses `ci`). They set how many examples
-# the tests that do not fix their own draw: the fast model-vs-replay tests (tests/test_model_vs_replay.py).
-settings.register_profile("dev", max_examples=200)
-settings.register_profile("ci", max_examples=500, derandomize=True, print_blob=True)
-settings.register_profile("nightly", max_examples=20_000)
-settings.register_profile("mutation", max_examples=60, derandomize=True)  # `make mutation`: per mutant
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pipelines.inspect import RejectedFile, SourceMapping, inspect_file
 from tests.reference_model import normalise as model_normalise
+from tests.profiles import examples
 
 GOOD = '{"stream_id": "acct-1", "seq": 1, "type": "AccountOpened", "payload": {"owner": "ada"}}'
 
@@ -185,7 +186,7 @@ records = st.dictionaries(st.sampled_from(["stream_id", "seq", "type", "payload"
                           json_values | st.sampled_from(["", "7", "07", " 7", "acct", "-1", "1.0"]), max_size=7)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(records)
 def test_engine_and_model_agree_on_any_record(tmp_path_factory, record):
     line = json.dumps(record).encode()

@@ -16,6 +16,7 @@ import pipelines.inspect as live
 import tests.inspect_reference as reference
 from shop import generator as shop_generator
 from tests.hostile_corpus import build
+from tests.profiles import examples
 from views import bank_generator
 
 MAPPINGS = {
@@ -159,7 +160,7 @@ def _json_lines(draw, mapping: str) -> bytes:
 _MAPPED_LINES = st.sampled_from(sorted(MAPPINGS)).flatmap(lambda name: st.tuples(st.just(name), _json_lines(name)))
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mapped_lines=_MAPPED_LINES)
 def test_generated_json_lines(mapped_lines):
     mapping, data = mapped_lines

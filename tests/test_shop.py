@@ -24,6 +24,7 @@ from tests.builders import T0
 from tests.reference_model import Entry, Model, run_model
 from tests.shop_strategies import resplit, shop_scenarios
 from tests.test_reference_model import assert_conserved
+from tests.profiles import examples
 
 SHOP_TABLES = tuple(t.name for v in SHOP_VIEWS for t in v.tables)
 UTC = timezone.utc
@@ -228,7 +229,7 @@ def test_every_poison_is_refused_never_a_bug(event):
 
 # ----------------------------------------------------------------------------- properties
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shop_scenarios())
 def test_conservation_and_no_bugs(entries):
     out = run_model(entries, SHOP_VIEWS)
@@ -238,7 +239,7 @@ def test_conservation_and_no_bugs(entries):
         assert (w["blocked_at"] is None) == (w["pending_count"] == 0 or w["parked"])
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.booleans())
 def test_batch_split_invariance(data, conflicts):
     entries = data.draw(shop_scenarios(allow_timeouts=False, allow_conflicts=conflicts))

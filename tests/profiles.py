@@ -1,0 +1,23 @@
+"""Hypothesis profiles (HYPOTHESIS_PROFILE; scripts/test.sh, as CI runs it, uses `ci`).
+
+They set how many examples the tests draw that do not fix their own number: the fast model tests
+(tests/test_model_vs_replay.py). `make mutation` runs each mutant under `mutation`, where the
+property tests that do fix theirs draw a tenth (`examples`)."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("dev", max_examples=200)
+settings.register_profile("ci", max_examples=500, derandomize=True, print_blob=True)
+settings.register_profile("nightly", max_examples=20_000)
+settings.register_profile("mutation", max_examples=60, derandomize=True)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+settings.load_profile(PROFILE)
+
+
+def examples(n: int) -> int:
+    """`n` examples, or a tenth of them (at least 30) for each mutant of `make mutation`."""
+    return max(n // 10, 30) if PROFILE == "mutation" else n
