@@ -250,17 +250,11 @@ def unfinished_dagster_runs(home: Path) -> int:
 
 
 def conserved(home: Path) -> bool:
-    from pipelines.status import read_status
+    """DESIGN §3, computed from the raw tables (tests/conservation.py), not by the engine's status."""
+    from tests.conservation import store_violations
     from tests.domains import BANK_VIEWS
 
-    con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
-    try:
-        status = read_status(con, BANK_VIEWS)
-        records_ok = con.execute("SELECT count(*) FROM inorder.ingest_log "
-                                 "WHERE records != malformed + normalised").fetchone()[0] == 0
-    finally:
-        con.close()
-    return records_ok and all(s.conserved for s in status.views)
+    return not store_violations(home / "store.duckdb", [v.name for v in BANK_VIEWS])
 
 
 @dataclass
@@ -312,8 +306,9 @@ class Sweep:
         serve = self.serve("case")
         code, _, output = inorder_run(home, None, crash, serve)
         killed = code == -signal.SIGKILL
-        if not crash.delay_us and not killed:
-            raise AssertionError(f"{crash.label}: the crash point was not reached (exit {code}):\n{output[-2000:]}")
+        if not killed:  # the rebuild ended before the kill came: the case tested nothing, so it fails
+            return Outcome(crash.label, False, False, False, None, time.perf_counter() - started,
+                           f"the kill did not land (exit {code}): {output[-500:]}")
         live = store_snapshot(home, shadows=False)
         untouched = not first_difference(live, store_snapshot(before))
         swapped = not first_difference(live, store_snapshot(after))
@@ -365,8 +360,9 @@ class Sweep:
         land(self.staging, home, step)
         code, _, output = inorder_run(home, step, crash, serve)
         killed = code == -signal.SIGKILL
-        if crash.point is not None and not crash.delay_us and not killed:
-            raise AssertionError(f"{crash.label}: the crash point was not reached (exit {code}):\n{output[-2000:]}")
+        if not killed:  # the run ended before the kill came: the case tested nothing, so it fails
+            return Outcome(crash.label, False, False, conserved(home), None, time.perf_counter() - started,
+                           f"the kill did not land (exit {code}): {output[-500:]}")
         code, _, output = inorder_run(home, step, serve=serve)
         if code != 0:
             return Outcome(crash.label, killed, False, False, None, time.perf_counter() - started,
@@ -440,7 +436,7 @@ def sweep_main(args: argparse.Namespace) -> int:
         outcomes.append(sweep.try_rebuild_crash(crash) if crash.rebuild else sweep.try_crash(crash, go_on=i % 4 == 0))
         print(format_table(outcomes[-1:]).splitlines()[-1], flush=True)
     print(format_table(outcomes))
-    survived = [o for o in outcomes if o.identical and o.conserved and o.continued is not False]
+    survived = [o for o in outcomes if o.killed and o.identical and o.conserved and o.continued is not False]
     killed = sum(o.killed for o in outcomes)
     print(f"{len(survived)}/{len(outcomes)} crash cases survived ({killed} killed mid-run, "
           f"{len({o.label.split(': ')[1].split('#')[0] for o in outcomes if '#' in o.label})} distinct named points)")

@@ -79,15 +79,21 @@ class SoakReport:
     rss_mb: list[tuple[int, float, float]] = field(default_factory=list)  # (entries done, driver MB, total MB)
     model_equal: bool = False
 
-    def trend(self) -> tuple[float, float]:
-        """Growth of total RSS in MB per 100 entries over the second half (after warm-up), and its peak."""
+    def trend(self, column: int = 2) -> tuple[float, float]:
+        """Growth of RSS in MB per 100 entries over the second half (after warm-up), by least squares, and
+        its peak; `column` 2: driver, Spark JVM and workers together, 1: the driver alone."""
         half = self.rss_mb[len(self.rss_mb) // 2:]
         if len(half) < 2:
-            return 0.0, max((r[2] for r in self.rss_mb), default=0.0)
-        xs, ys = [r[0] for r in half], [r[2] for r in half]
+            return 0.0, max((r[column] for r in self.rss_mb), default=0.0)
+        xs, ys = [r[0] for r in half], [r[column] for r in half]
         mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-        return slope * 100, max(r[2] for r in self.rss_mb)
+        return slope * 100, max(r[column] for r in self.rss_mb)
+
+
+# The memory bound of the 500-batch soak: a leak of a few KB per message would pass it unseen, but not
+# one that keeps what each batch touched (about 60 messages and their rows).
+MAX_TREND_MB_PER_100 = 10.0
 
 
 def soak(spark, home_root: Path, batches: int, events_per_batch: int, seed: int,
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events-per-batch", type=int, default=60)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=".inorder/soak")
+    p.add_argument("--max-trend", type=float, default=MAX_TREND_MB_PER_100,
+                   help="fail when RSS grows faster than this over the second half (MB per 100 entries)")
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pipelines.spark import spark_session
@@ -137,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{last[2]:.0f} MB after {last[0]}, peak {peak:.0f} MB; second-half trend {slope:+.1f} MB per 100 entries")
     (out / "results.json").write_text(json.dumps({**asdict(report), "trend_mb_per_100": slope, "peak_mb": peak}))
     spark.stop()
+    if slope > args.max_trend:
+        print(f"soak: FAILED: memory grows {slope:+.1f} MB per 100 entries over the second half, "
+              f"over the limit of {args.max_trend:g}")
+        return 1
     return 0
 
 

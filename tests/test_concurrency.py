@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -37,8 +39,13 @@ def test_two_cli_runs_at_once_one_fails_with_one_line(single, tmp_path):
     staging, want = single
     home = tmp_path / "home"
     land(staging, home, STEP)
-    first, second = _start_run(home), _start_run(home)
+    first = _start_run(home)
+    for line in first.stderr:  # the first holds the run lock: it is ingesting
+        if "ingest 1/" in line:
+            break
+    second = _start_run(home)
     results = [(p.wait(timeout=600), *p.communicate()) for p in (first, second)]
+    assert second.returncode == 1  # started while the first was running (proved above), and refused
     assert sorted(code for code, _, _ in results) == [0, 1], results
     (_, out, err), = [r for r in results if r[0] == 1]
     assert out == "" and err.splitlines() == [
@@ -57,12 +64,24 @@ def test_a_dagster_run_during_a_cli_run_waits_for_it(single, tmp_path):
             break
     else:
         pytest.fail(f"the CLI run ended before ingesting: {cli.wait()}")
+    cli_ended: list[float] = []
+    watcher = threading.Thread(target=lambda: (cli.wait(), cli_ended.append(time.time())))
+    watcher.start()
     tags = {"dagster/partition": "batch-00003", "inorder/now": STEP.now}
+    assert cli.poll() is None  # the CLI run is still going when the Dagster run starts
     dagster = subprocess.run(
         [DAGSTER, "job", "execute", "-m", "inorder.definitions", "-j", "ingest_batch", "--tags", json.dumps(tags)],
         env={**run_env(home), "DAGSTER_HOME": str(home / "dagster")}, capture_output=True, text=True, timeout=600)
     rest = cli.stderr.read()
     assert cli.wait(timeout=600) == 0, rest
+    watcher.join(timeout=60)
+    # they overlapped: the Dagster run started before the CLI run ended
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        (record,) = [r for r in instance.get_run_records() if r.dagster_run.job_name == "ingest_batch"]
+    assert record.start_time is not None and cli_ended and record.start_time < cli_ended[0], \
+        (record.start_time, cli_ended)
     assert dagster.returncode == 0, dagster.stdout[-3000:] + dagster.stderr[-3000:]
     assert "RUN_SUCCESS" in dagster.stdout + dagster.stderr
     assert first_difference(store_snapshot(home), want) == ""

@@ -19,6 +19,7 @@ from pipelines.run import ingest_batch
 from pipelines.status import read_status
 from pipelines.store import Home, Store
 from resources import FoldersResource, ReadStoreResource, SparkResource
+from tests.conservation import store_violations
 from tests.harness import assert_same_store, read_store
 from tests.reference_model import Entry, run_model
 from pipelines.registry import view_named
@@ -96,6 +97,7 @@ def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
     assert accounts["lag/entries"] == 0 and accounts["lag/ingestion_seconds"] >= 0
     assert "lag/event_time_seconds" in accounts and "newest_errors" in accounts
     assert accounts["conserved"] is True and accounts["dagster/row_count"] == 8
+    assert store_violations(home.database, [v.name for v in BANK_VIEWS]) == []  # computed independently
     checks = results[-1].get_asset_check_evaluations()
     assert len(checks) == len(BANK_VIEWS) * len(VIEW_CHECKS) and all(c.passed for c in checks), \
         [(c.asset_key, c.check_name) for c in checks if not c.passed]
