@@ -8,6 +8,7 @@ Only the view declarations (duck-typed `View`/`Table` from pipelines/view.py) ar
 from __future__ import annotations
 
 import json
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field, replace
 import math
@@ -132,6 +133,23 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
     except UnicodeError:
         return None
     return message
+
+
+RAW_LIMIT = 4096  # STORE.md: a malformed record's raw text is kept truncated
+
+
+def raw_text(raw: str | bytes) -> str:
+    """A malformed record's raw text as the error log keeps it: at most 4 KiB of its bytes, as UTF-8
+    (an undecodable byte shown as U+FFFD), without the line's carriage return."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    if data.endswith(b"\r"):
+        data = data[:-1]
+    return data[:RAW_LIMIT].decode("utf-8", errors="replace")[:RAW_LIMIT]
+
+
+def last_line(text: str | None) -> str | None:
+    """A traceback's last line: the exception and its message (the frames above are the caller's)."""
+    return None if text is None else (text.strip().splitlines() or [""])[-1]
 
 
 # --------------------------------------------------------------------------- table values
@@ -335,6 +353,8 @@ class _Stream:
     parked: bool = False
     attempts: int = 0  # failed attempts of the parked message
     skipped: list[tuple[int, int]] = field(default_factory=list)
+    updated_entry: int | None = None  # the last entry whose run walked the stream
+    prev_last_seq: int | None = None  # last_seq before that entry (None: the stream was new in it)
 
 
 class RunFailed(RuntimeError):
@@ -355,13 +375,14 @@ class Model:
         # (view, stream) of each retry/skip refused: the stream was not parked (nothing is recorded)
         self.refused: list[tuple[str, str]] = []
         self.entry_idx = 0  # entries recorded in the ingest log: new batches (rejected too), ticks, actions
+        self.T: float | None = None  # the logical time of the entry being processed
 
     def process(self, e: Entry) -> None:
         if e.kind == "batch":
             if e.batch_id in self.seen:  # re-running a committed batch changes nothing
                 return
             self.seen.add(e.batch_id)
-            self.last_T = e.T
+            self.last_T = self.T = e.T
             self.entry_idx += 1
             lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else list(e.lines or [])
             if not lines:
@@ -372,11 +393,13 @@ class Model:
             messages = []
             for number, raw in enumerate(lines, 1):
                 m = normalise(raw, self.first_seq, self.max_record_bytes)
-                if m is None:
-                    self.errors.append({**dict.fromkeys(("view", *MESSAGE_FIELDS, "error_class", "attempt")),
-                                        "kind": "malformed", "batch_id": e.batch_id, "line": number})
+                if m is None:  # (its reason's wording is inspection's: tests/harness.py compares the rest)
+                    self.errors.append({**dict.fromkeys(("view", *MESSAGE_FIELDS, "error_class", "attempt",
+                                                         "exception_type", "message", "traceback")),
+                                        "kind": "malformed", "batch_id": e.batch_id, "line": number,
+                                        "raw": raw_text(raw), "logged_at": e.T, "entry_idx": self.entry_idx})
                 else:
-                    messages.append(m | {"batch_id": e.batch_id, "line": number})
+                    messages.append(m | {"batch_id": e.batch_id, "line": number, "entry_idx": self.entry_idx})
             routed = {t for v in self.views.values() for t in v.subscribes}
             base = {"records": len(lines), "malformed": len(lines) - len(messages), "normalised": len(messages),
                     "unrouted": sum(m["stream_type"] not in routed for m in messages)}
@@ -385,7 +408,7 @@ class Model:
         elif e.kind == "tick":
             if self.last_T is not None and e.T <= self.last_T:
                 return  # logical time has not moved: nothing to tick, no entry
-            self.last_T = e.T
+            self.last_T = self.T = e.T
             self.entry_idx += 1
             e = replace(e, batch_id=f"tick-{self.entry_idx}")  # the name the engine gives the entry
             for view in self.views.values():
@@ -398,16 +421,22 @@ class Model:
     def _entry_for_view(self, view: Any, e: Entry, messages: list[dict], base: dict) -> None:
         c: Counter = Counter()
         streams = self.streams[view.name]
+        before = {sid: s.last_seq for sid, s in streams.items()}
+        # the run walks the streams the entry brings messages for, and the buffered ones that are due:
+        # not parked, and blocked past gap_timeout or holding more than max_pending
+        walked = {sid for sid, s in streams.items() if s.pending and not s.parked and (
+            s.blocked_since is None or e.T - s.blocked_since >= view.gap_timeout or len(s.pending) > view.max_pending)}
         for m in messages:
             if m["stream_type"] not in view.subscribes:
                 continue
+            walked.add(m["stream_id"])
             c["selected"] += 1
             s = streams.setdefault(m["stream_id"], _Stream(m["stream_type"], self.first_seq - 1))
             seq = m["seq"]
             if seq <= s.last_seq:
                 if any(a <= seq <= b for a, b in s.skipped):
                     c["late"] += 1
-                    self._error(view, m, "late")
+                    self._error(view, m, "late", reason=f"seq {seq} arrived after its gap was skipped")
                 else:
                     c["duplicate"] += 1
             elif seq in s.pending:
@@ -415,12 +444,16 @@ class Model:
                     c["duplicate"] += 1
                 else:
                     c["conflict"] += 1
-                    self._error(view, m, "conflict")
+                    first = s.pending[seq]
+                    self._error(view, m, "conflict", reason=f"seq {seq} differs from the first received "
+                                                            f"(batch {first['batch_id']}, line {first['line']})")
             else:
                 s.pending[seq] = m
         for stream_id, s in streams.items():
             if s.pending and not s.parked:
                 self._walk(view, stream_id, s, e, c)
+        for stream_id in walked:
+            streams[stream_id].updated_entry, streams[stream_id].prev_last_seq = self.entry_idx, before.get(stream_id)
         self._ledger(view, e, c, base)
 
     def _operator(self, e: Entry) -> None:
@@ -433,7 +466,11 @@ class Model:
             self.refused.append((view.name, e.target_stream))
             return
         self.entry_idx += 1
-        e = replace(e, batch_id=f"{e.kind}-{self.entry_idx}")  # the name the engine gives the entry
+        # recorded at the latest logical time (an operator's action brings no time of its own), under the
+        # name the engine gives the entry
+        self.T = self.last_T
+        e = replace(e, batch_id=f"{e.kind}-{self.entry_idx}", T=self.last_T)
+        s.updated_entry, s.prev_last_seq = self.entry_idx, s.last_seq
         s.parked = False
         if e.kind == "skip":
             del s.pending[s.last_seq + 1]  # the parked message: its outcome is handler_error
@@ -472,7 +509,8 @@ class Model:
             low = min(s.pending)
             self.gaps.append({"view": view.name, "stream_id": stream_id, "first_missing": nxt,
                               "last_missing": low - 1, "waited_seconds": float(e.T - s.blocked_since),
-                              "reason": reason, "batch_id": e.batch_id, "skipped_at": float(e.T)})
+                              "reason": reason, "batch_id": e.batch_id, "skipped_at": float(e.T),
+                              "entry_idx": self.entry_idx})
             s.skipped.append((nxt, low - 1))
             c["gaps_skipped"] += 1
             nxt = low
@@ -487,22 +525,32 @@ class Model:
                 return "ignored", None
             tx = _Tx(view, self.store, m["stream_id"])
             handler(event, tx)
-        except Reject:
-            self._error(view, m, "handler_error", "reject", attempt)
+        except Reject as exc:
+            self._error(view, m, "handler_error", "reject", attempt, exc)
             return "handler_error", view.on_error
-        except Exception:
-            self._error(view, m, "handler_error", "bug", attempt)
+        except Exception as exc:
+            self._error(view, m, "handler_error", "bug", attempt, exc)
             return "handler_error", view.on_bug
         tx.commit()
         return "applied", None
 
-    def _error(self, view: Any, m: dict, kind: str, error_class: str | None = None,
-               attempt: int | None = None) -> None:
+    def _error(self, view: Any, m: dict, kind: str, error_class: str | None = None, attempt: int | None = None,
+               exc: BaseException | None = None, reason: str | None = None) -> None:
+        """An error row of the entry being processed; a handler's exception is described by its type,
+        its message (at most 2,000 characters) and its traceback's last line."""
+        described = dict.fromkeys(("exception_type", "message", "traceback"))
+        if exc is not None:
+            message = str(exc)[:2000]
+            described = {"exception_type": type(exc).__name__, "message": message,
+                         "traceback": last_line("".join(traceback.format_exception_only(type(exc), exc)))}
+            reason = f"{type(exc).__name__}: {message}"
         self.errors.append({"view": view.name, "kind": kind, **{k: m[k] for k in MESSAGE_FIELDS},
-                            "error_class": error_class, "attempt": attempt})
+                            "error_class": error_class, "attempt": attempt, "reason": reason, "raw": None,
+                            **described, "logged_at": self.T, "entry_idx": self.entry_idx})
 
     def _ledger(self, view: Any, e: Entry, c: Counter, base: dict) -> None:
-        row = {"batch_id": e.batch_id, "view": view.name, "kind": e.kind}
+        row = {"batch_id": e.batch_id, "view": view.name, "kind": e.kind, "entry_idx": self.entry_idx,
+               "received_at": float(e.T)}
         for k in ("records", "malformed", "normalised"):
             row[k] = base.get(k, 0)
         row["selected"] = c["selected"]
@@ -520,11 +568,12 @@ class Model:
         out["watermarks"] = [
             {"view": v, "stream_id": sid, "stream_type": s.stream_type, "last_seq": s.last_seq,
              "blocked_at": s.blocked_at, "blocked_since": None if s.blocked_since is None else float(s.blocked_since),
-             "parked": s.parked, "pending_count": len(s.pending), "attempts": s.attempts}
+             "parked": s.parked, "pending_count": len(s.pending), "attempts": s.attempts,
+             "updated_entry": s.updated_entry, "prev_last_seq": s.prev_last_seq}
             for v, streams in self.streams.items() for sid, s in sorted(streams.items())]
         out["pending"] = [
             {"view": v, "stream_id": sid, "seq": seq, "stream_type": m["stream_type"],
-             **{k: m[k] for k in MESSAGE_FIELDS if k not in ("stream_id", "seq")}}
+             **{k: m[k] for k in MESSAGE_FIELDS if k not in ("stream_id", "seq")}, "entry_idx": m["entry_idx"]}
             for v, streams in self.streams.items() for sid, s in sorted(streams.items())
             for seq, m in sorted(s.pending.items())]
         out["errors"] = [dict(r) for r in self.errors]

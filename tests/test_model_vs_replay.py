@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pipelines.inspect import SourceMapping
 from pipelines.testing import ReplayEntry, ReplayedStore, replay_entries
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
-from tests.reference_model import Entry, run_model, split_lines
+from tests.reference_model import Entry, last_line, run_model, split_lines
 from tests.shop_strategies import shop_scenarios
 from tests.strategies import hard_scenarios
 from views import accounts as accounts_view
@@ -71,9 +71,10 @@ def image(store: ReplayedStore, views) -> dict[str, list[dict]]:
            for v in views for t in v.tables}
     out["watermarks"] = [{**w, "blocked_since": _seconds(w["blocked_since"])} for w in store.watermarks]
     out["pending"] = list(store.pending)
-    out["errors"] = list(store.errors)
+    out["errors"] = [{**e, "logged_at": _seconds(e["logged_at"]), "traceback": last_line(e.get("traceback"))}
+                     for e in store.errors]
     out["gaps"] = [{**g, "skipped_at": _seconds(g["skipped_at"])} for g in store.gaps]
-    out["batches"] = list(store.batches)
+    out["batches"] = [{**b, "received_at": _seconds(b["received_at"])} for b in store.batches]
     return out
 
 

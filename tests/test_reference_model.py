@@ -103,14 +103,15 @@ def test_gap_skipped_after_timeout_and_late_message_logged():
     gaps = rows(out, "gaps", view="accounts")
     assert gaps == [{"view": "accounts", "stream_id": "acct-1", "first_missing": 2, "last_missing": 2,
                      "waited_seconds": 600.0, "reason": "timeout", "batch_id": "tick-3",
-                     "skipped_at": T0 + 600}]
+                     "skipped_at": T0 + 600, "entry_idx": 3}]
     assert balance(out, "acct-1") == Decimal("30.00")
     late = rows(out, "errors", kind="late", view="accounts")
     assert [(e["stream_id"], e["seq"], e["batch_id"]) for e in late] == [("acct-1", 2, "b4")]
     assert ledger(out)["b4"]["late"] == 1
     assert rows(out, "watermarks", view="accounts")[0] == {
         "view": "accounts", "stream_id": "acct-1", "stream_type": "account", "last_seq": 3,
-        "blocked_at": None, "blocked_since": None, "parked": False, "pending_count": 0, "attempts": 0}
+        "blocked_at": None, "blocked_since": None, "parked": False, "pending_count": 0, "attempts": 0,
+        "updated_entry": 4, "prev_last_seq": 3}  # the late message's batch walked it last, from last_seq 3
     assert_conserved(out)
 
 
