@@ -80,7 +80,8 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
 #   engine's own call path, which the model does not share;
 # - a malformed row's reason: its wording is inspection's; tests/test_inspect.py and tests/test_hostile.py
 #   hold each kind's, and tests/test_inspect_differential.py holds them all byte for byte;
-# - gaps.waited and batches.pending_now: generated columns, the same values as waited_seconds and pending.
+# - gaps.waited and batches.pending_now: generated columns, the same values as waited_seconds and pending;
+# - watermarks.updated_entry and prev_last_seq where entries were projected several to a pass (`across_passes`).
 def read_store(home: Home, views: Sequence[View]) -> dict[str, list[dict]]:
     """The engine's store in the reference model's shape (see tests/reference_model.py)."""
     con = duckdb.connect(str(home.database), read_only=True)
@@ -113,6 +114,21 @@ def read_store(home: Home, views: Sequence[View]) -> dict[str, list[dict]]:
         return out
     finally:
         con.close()
+
+
+PASS_BOOKKEEPING = ("updated_entry", "prev_last_seq")
+
+
+def without(store: dict[str, list[dict]], *columns: str) -> dict[str, list[dict]]:
+    """The store with these columns left out of every table."""
+    return {name: [{k: v for k, v in row.items() if k not in columns} for row in rows] for name, rows in store.items()}
+
+
+def across_passes(store: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The store without the watermarks' pass bookkeeping (the last entry whose pass walked each stream,
+    and its last_seq before that pass): how entries were grouped into passes decides those two, so
+    they are compared only between stores projected one entry per run (the model's way)."""
+    return without(store, *PASS_BOOKKEEPING)
 
 
 ENGINE_TABLES = ("watermarks", "pending", "errors", "gaps", "batches")

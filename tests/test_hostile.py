@@ -24,7 +24,7 @@ from pipelines.status import format_status, read_status
 from pipelines.store import Home, Store
 from pipelines.view import Table, View
 from resources import FoldersResource, ReadStoreResource, SparkResource
-from tests.harness import assert_conserved, assert_same_store, read_store
+from tests.harness import assert_conserved, assert_same_store, read_store, without
 from tests.hostile_corpus import FIRST_RUN, Case, Corpus, build
 from tests.reference_model import Entry, run_model
 from tests.reference_model import normalise as model_normalise
@@ -167,7 +167,17 @@ def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):
 
     # the good records are processed exactly as the model processes them; the store is the model's
     entries = [e for n in FIRST_RUN for e in _model_entries(corpus, [n], T1)] + _model_entries(corpus, hostile, T2)
-    assert_same_store(read_store(home, BANK_VIEWS), run_model(entries, BANK_VIEWS))
+    jsonl = {batch_id_of(Path(n)) for n in [*FIRST_RUN, *hostile] if n.endswith(".jsonl")}
+    # A CSV or Parquet file reaches the model as JSON Lines with a stand-in line per bad record, so a
+    # malformed row's raw text is compared for JSON Lines files only (each case's end and reason is
+    # checked above). Files that clash or change take entries the model is not given: entry indexes
+    # are left out here (tests/test_ingest.py holds them).
+    engine = without(read_store(home, BANK_VIEWS), "entry_idx", "updated_entry", "prev_last_seq")
+    model = without(run_model(entries, BANK_VIEWS), "entry_idx", "updated_entry", "prev_last_seq")
+    for store in (engine, model):
+        store["errors"] = [e if e["batch_id"] in jsonl or e["kind"] != "malformed" else {**e, "raw": None}
+                           for e in store["errors"]]
+    assert_same_store(engine, model)
     assert_conserved(home, BANK_VIEWS)
 
     # nothing else changed: old rows are all still there, new ones belong to the hostile entries only
