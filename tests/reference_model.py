@@ -259,9 +259,16 @@ class _Handle:
         return {pk: row for pk, row in rows.items() if row is not None}
 
     def _read(self, pk: tuple) -> dict | None:
+        """The row under `pk`, if the handler's stream may see it: a stream-keyed table's rows belong to
+        their stream (DESIGN §5), so another stream's row is not there for it."""
         if (self._t.name, pk) in self._tx.writes:
-            return self._tx.writes[(self._t.name, pk)]
-        return self._tx.store[self._t.name].get(pk)
+            row = self._tx.writes[(self._t.name, pk)]
+        else:
+            row = self._tx.store[self._t.name].get(pk)
+        return row if row is None or self._own(row) else None
+
+    def _own(self, row: dict) -> bool:
+        return self._t.stream_key is None or row[self._t.stream_key] == self._tx.stream_id
 
     def _write(self, pk: tuple, row: dict | None) -> None:
         self._tx.writes[(self._t.name, pk)] = row
@@ -283,11 +290,13 @@ class _Handle:
 
     def delete(self, *pk: Any) -> None:
         self._need("keyed")
-        self._write(self._key(pk), None)
+        key = self._key(pk)
+        if self._read(key) is not None:  # another stream's row is not the handler's to delete
+            self._write(key, None)
 
     def all(self) -> list[dict]:
         self._need("keyed")
-        return [dict(r) for _, r in sorted(self._rows().items())]
+        return [dict(r) for _, r in sorted(self._rows().items()) if self._own(r)]
 
     # append
     def last(self) -> dict | None:

@@ -8,6 +8,7 @@ and the blocked-streams table. Screenshots go to $INORDER_SCREENSHOTS (default .
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -132,8 +133,10 @@ def metadata_row(page, key: str):
 
 
 def check_row(page, check: str):
-    """The row of the asset's checks table that shows the check `check`."""
-    return page.locator("tr", has=page.get_by_text(check, exact=True)).first
+    """The entry of the asset's checks list for `check`: the element whose whole text is the check's name
+    (twice: its label and its key) and its status (Succeeded, Failed, Warning…)."""
+    name = re.escape(check)
+    return page.locator("div", has_text=re.compile(rf"^\s*{name}\s*{name}\s*[A-Z][a-z]+\s*$")).last
 
 
 def shown_value(value) -> str:
