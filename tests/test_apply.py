@@ -1,0 +1,84 @@
+"""The table API a handler gets (pipelines/apply.py), misused: each misuse is a handler error of class
+`bug` that names what was wrong, and whatever the handler wrote before it is rolled back. Through
+`pipelines.testing.replay`, the engine's own walk and apply, with no Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.testing import replay
+from pipelines.view import Reject, Table, View
+
+KEYED = Table("things", {"thing_id": "VARCHAR", "n": "BIGINT"}, ("thing_id",), stream_key="thing_id")
+LOG = Table("log", {"thing_id": "VARCHAR", "pos": "BIGINT", "what": "VARCHAR"}, ("thing_id", "pos"),
+            kind="append", stream_key="thing_id")
+TOTALS = Table("totals", {"day": "VARCHAR", "n": "BIGINT"}, ("day",), kind="aggregate")
+
+
+def misusing(name: str, handler) -> View:
+    view = View(name=name, tables=(KEYED, LOG, TOTALS), subscribes=("thing",), on_bug="skip")
+
+    @view.handles("Made")
+    def made(event, tables) -> None:
+        tables.things.put({"thing_id": event.stream_id, "n": 1})
+        tables.log.append({"thing_id": event.stream_id, "pos": 1, "what": "made"})
+        tables.totals.add({"day": "d"}, n=1)
+
+    view.handles("Used")(handler)
+    return view
+
+
+def run(view: View) -> tuple[dict, list[dict]]:
+    records = [{"stream_id": "t1", "stream_type": "thing", "seq": 1, "type": "Made"},
+               {"stream_id": "t1", "stream_type": "thing", "seq": 2, "type": "Used"}]
+    result = replay(view, records)
+    return result.tables, [e for e in result.errors if e["kind"] == "handler_error"]
+
+
+def aggregate_with_a_wrong_key(event, tables) -> None:
+    tables.totals.add({"day": "d", "hour": 1}, n=1)
+
+
+def aggregate_an_unknown_column(event, tables) -> None:
+    tables.totals.add({"day": "d"}, m=1)
+
+
+def append_with_a_missing_column(event, tables) -> None:
+    tables.log.append({"thing_id": event.stream_id, "pos": 2})
+
+
+def append_the_same_key_again(event, tables) -> None:
+    tables.log.append({"thing_id": event.stream_id, "pos": 1, "what": "again"})
+
+
+def append_another_streams_row(event, tables) -> None:
+    tables.log.append({"thing_id": "t2", "pos": 2, "what": "theirs"})
+
+
+@pytest.mark.parametrize("handler, words", [
+    (aggregate_with_a_wrong_key, "totals: key must have exactly ['day']"),
+    (aggregate_an_unknown_column, "totals: unknown column 'm'"),
+    (append_with_a_missing_column, "log: a row needs exactly the columns ['thing_id', 'pos', 'what']"),
+    (append_the_same_key_again, "log: appended rows need increasing primary keys"),
+    (append_another_streams_row, "log: a handler may only write rows of its own stream"),
+])
+def test_a_misuse_is_a_bug_that_names_what_was_wrong(handler, words):
+    tables, (error,) = run(misusing(handler.__name__, handler))
+    assert error["error_class"] == "bug" and error["seq"] == 2 and words in error["message"], error
+    assert tables["log"] == [{"thing_id": "t1", "pos": 1, "what": "made"}]  # nothing of the failed call stayed
+    assert tables["totals"] == [{"day": "d", "n": 1}]
+
+
+def delete_add_append_then_refuse(event, tables) -> None:
+    tables.things.delete(event.stream_id)
+    tables.totals.add({"day": "d"}, n=5)
+    tables.log.append({"thing_id": event.stream_id, "pos": 2, "what": "used"})
+    raise Reject("not today")
+
+
+def test_a_refused_message_leaves_every_table_as_it_was():
+    tables, (error,) = run(misusing("refusing", delete_add_append_then_refuse))
+    assert error["error_class"] == "reject" and error["message"] == "not today"
+    assert tables["things"] == [{"thing_id": "t1", "n": 1}]  # the delete was rolled back
+    assert tables["totals"] == [{"day": "d", "n": 1}]
+    assert tables["log"] == [{"thing_id": "t1", "pos": 1, "what": "made"}]
