@@ -7,6 +7,8 @@ Only the view declarations (duck-typed `View`/`Table` from pipelines/view.py) ar
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import traceback
 from collections import Counter
@@ -15,6 +17,8 @@ import math
 from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from pipelines.view import Reject  # the API a handler raises: part of the contract, not of the engine
 
@@ -34,6 +38,7 @@ class Entry:
     lines: list[str | bytes] | str | bytes | None = None
     target_view: str | None = None
     target_stream: str | None = None
+    fmt: str = "jsonl"  # a batch's file format; "csv" and "parquet" batches hold their file's bytes in `lines`
 
 
 def canonical(obj: Any) -> str:
@@ -95,6 +100,11 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
         obj = json.loads(text, parse_constant=_bad_constant, parse_float=Decimal)
     except (ValueError, RecursionError):
         return None
+    return normalise_record(obj, first_seq)
+
+
+def normalise_record(obj: Any, first_seq: int = 1) -> dict | None:
+    """The normalised message of one parsed record (a JSON object, or a CSV or Parquet row), or None."""
     if not isinstance(obj, dict) or _depth(obj, MAX_DEPTH) > MAX_DEPTH:
         return None
     stream_id = obj.get("stream_id")
@@ -133,6 +143,39 @@ def normalise(raw: str | bytes, first_seq: int = 1, max_record_bytes: int = 1 <<
     except UnicodeError:
         return None
     return message
+
+
+def table_records(data: bytes, fmt: str) -> list[tuple[str, dict | None]] | None:
+    """A CSV or Parquet file's records as (raw text, the record as an object, or None when its row
+    cannot be one), as STORE.md reads them: a header; an empty CSV field is null; a `payload` column
+    holds the payload as JSON text. None when the file has no header to read."""
+    rows: list[tuple[str, dict | None]] = []
+    if fmt == "csv":
+        reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""))
+        header = next(reader, None)
+        if header is None:
+            return None
+        for row in reader:
+            raw = ",".join(row)
+            record = dict(zip(header, (v if v != "" else None for v in row))) if len(row) == len(header) else None
+            rows.append((raw, _with_payload(record)))
+        return rows
+    table = pq.read_table(io.BytesIO(data))
+    for record in table.to_pylist():
+        parsed = _with_payload(dict(record))
+        # a Parquet row's raw text: the row as JSON, its payload parsed (numbers as their text)
+        rows.append((json.dumps(record if parsed is None else parsed, default=str), parsed))
+    return rows
+
+
+def _with_payload(record: dict | None) -> dict | None:
+    """The record with its `payload` column's JSON text parsed (None when it is not JSON)."""
+    if record is None or not isinstance(record.get("payload"), str):
+        return record
+    try:
+        return {**record, "payload": json.loads(record["payload"], parse_constant=_bad_constant, parse_float=Decimal)}
+    except (ValueError, RecursionError):
+        return None
 
 
 RAW_LIMIT = 4096  # STORE.md: a malformed record's raw text is kept truncated
@@ -393,27 +436,20 @@ class Model:
             self.seen.add(e.batch_id)
             self.last_T = self.T = e.T
             self.entry_idx += 1
+            if e.fmt != "jsonl":
+                records = table_records(e.lines, e.fmt)
+                if records is None:
+                    return  # a file with no header or no rows to read: set aside, as an empty file is
+                self._batch(e, [(raw, normalise_record(obj, self.first_seq) if obj is not None else None)
+                                for raw, obj in records])
+                return
             lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else list(e.lines or [])
             if not lines:
                 return  # an empty file is set aside as a rejected batch: no ledger rows, time does not move
             bom = BOM.encode() if isinstance(lines[0], bytes) else BOM
             if lines[0].startswith(bom):  # a byte order mark at the start of the file is not part of line 1
                 lines[0] = lines[0][len(bom):]
-            messages = []
-            for number, raw in enumerate(lines, 1):
-                m = normalise(raw, self.first_seq, self.max_record_bytes)
-                if m is None:  # (its reason's wording is inspection's: tests/harness.py compares the rest)
-                    self.errors.append({**dict.fromkeys(("view", *MESSAGE_FIELDS, "error_class", "attempt",
-                                                         "exception_type", "message", "traceback")),
-                                        "kind": "malformed", "batch_id": e.batch_id, "line": number,
-                                        "raw": raw_text(raw), "logged_at": e.T, "entry_idx": self.entry_idx})
-                else:
-                    messages.append(m | {"batch_id": e.batch_id, "line": number, "entry_idx": self.entry_idx})
-            routed = {t for v in self.views.values() for t in v.subscribes}
-            base = {"records": len(lines), "malformed": len(lines) - len(messages), "normalised": len(messages),
-                    "unrouted": sum(m["stream_type"] not in routed for m in messages)}
-            for view in self.views.values():
-                self._entry_for_view(view, e, messages, base)
+            self._batch(e, [(raw, normalise(raw, self.first_seq, self.max_record_bytes)) for raw in lines])
         elif e.kind == "tick":
             if self.last_T is not None and e.T <= self.last_T:
                 return  # logical time has not moved: nothing to tick, no entry
@@ -426,6 +462,23 @@ class Model:
             self._operator(e)
         else:
             raise ValueError(f"unknown entry kind {e.kind!r}")
+
+    def _batch(self, e: Entry, records: list[tuple[str | bytes, dict | None]]) -> None:
+        """A batch's records, each (raw text, its message or None when malformed), in order."""
+        messages = []
+        for number, (raw, m) in enumerate(records, 1):
+            if m is None:  # (its reason's wording is inspection's: tests/harness.py compares the rest)
+                self.errors.append({**dict.fromkeys(("view", *MESSAGE_FIELDS, "error_class", "attempt",
+                                                     "exception_type", "message", "traceback")),
+                                    "kind": "malformed", "batch_id": e.batch_id, "line": number,
+                                    "raw": raw_text(raw), "logged_at": e.T, "entry_idx": self.entry_idx})
+            else:
+                messages.append(m | {"batch_id": e.batch_id, "line": number, "entry_idx": self.entry_idx})
+        routed = {t for v in self.views.values() for t in v.subscribes}
+        base = {"records": len(records), "malformed": len(records) - len(messages), "normalised": len(messages),
+                "unrouted": sum(m["stream_type"] not in routed for m in messages)}
+        for view in self.views.values():
+            self._entry_for_view(view, e, messages, base)
 
     def _entry_for_view(self, view: Any, e: Entry, messages: list[dict], base: dict) -> None:
         c: Counter = Counter()

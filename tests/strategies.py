@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import replace as dataclass_replace
 from decimal import Decimal
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 from tests.reference_model import Entry
@@ -219,7 +223,8 @@ def hard_scenarios(draw, streams: list[str], max_streams: int = 3, max_events: i
     twice under the same name, and operators' retry/skip of `streams` (parked or not: an action on a
     stream that is not parked is refused) at the latest logical time."""
     entries = draw(batches_of(draw(hard_lines(max_streams, max_events, first_seq))))
-    extra = list(entries)
+    extra = [as_table_file(e, draw(st.sampled_from(["jsonl", "jsonl", "jsonl", "csv", "parquet"])))
+             if e.kind == "batch" else e for e in entries]
     for _ in range(draw(st.integers(0, 3))):
         at = draw(st.integers(0, len(extra)))
         t = extra[at - 1].T if at else T0
@@ -242,3 +247,34 @@ def _in_time_order(entries: list[Entry]) -> list[Entry]:
         out.append(dataclass_replace(e, T=t))
         last = t
     return out
+
+
+TABLE_COLUMNS = ("stream_id", "stream_type", "seq", "type", "payload", "occurred_at", "event_id")
+
+
+def as_table_file(entry: Entry, fmt: str) -> Entry:
+    """A JSON Lines batch as a CSV or Parquet file of the same records (every column text, the payload as
+    its JSON text, a missing field empty or null); the lines that are no JSON object have no row there."""
+    if fmt == "jsonl":
+        return entry
+    rows = []
+    for line in entry.lines or []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            rows.append([None if record.get(c) is None else
+                         json.dumps(record[c]) if c == "payload" else str(record[c]) for c in TABLE_COLUMNS])
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(TABLE_COLUMNS)
+        writer.writerows([["" if v is None else v for v in row] for row in rows])
+        data = out.getvalue().encode("utf-8")
+    else:
+        table = pa.table({c: pa.array([row[i] for row in rows], pa.string()) for i, c in enumerate(TABLE_COLUMNS)})
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        data = sink.getvalue()
+    return dataclass_replace(entry, lines=data, fmt=fmt)

@@ -49,7 +49,9 @@ def replay_entries_of(entries: list[Entry]) -> list[ReplayEntry]:
     out = []
     for e in entries:
         at = datetime.fromtimestamp(e.T, timezone.utc)
-        if e.kind == "batch":
+        if e.kind == "batch" and e.fmt != "jsonl":
+            out.append(ReplayEntry("batch", at, e.lines, f"{e.batch_id}.{e.fmt}"))
+        elif e.kind == "batch":
             lines = split_lines(e.lines) if isinstance(e.lines, (str, bytes)) else (e.lines or [])
             data = b"".join((line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")) + b"\n"
                             for line in lines)
