@@ -82,3 +82,76 @@ def test_a_refused_message_leaves_every_table_as_it_was():
     assert tables["things"] == [{"thing_id": "t1", "n": 1}]  # the delete was rolled back
     assert tables["totals"] == [{"day": "d", "n": 1}]
     assert tables["log"] == [{"thing_id": "t1", "pos": 1, "what": "made"}]
+
+
+NUMBERED = Table("numbered", {"thing_id": "VARCHAR", "k": "BIGINT", "on": "DATE", "n": "BIGINT"},
+                 ("thing_id", "k"), stream_key="thing_id")
+BY_DAY = Table("by_day", {"on": "DATE", "n": "BIGINT"}, ("on",), kind="aggregate")
+
+
+def keyed_view(name: str, handler) -> View:
+    """A composite key (stream, BIGINT) and an aggregate keyed by DATE: keys given in other types convert."""
+    view = View(name=name, tables=(NUMBERED, BY_DAY), subscribes=("thing",), on_bug="skip")
+
+    @view.handles("Made")
+    def made(event, tables) -> None:
+        tables.numbered.put({"thing_id": event.stream_id, "k": 3, "on": "2024-03-01", "n": 1})
+        tables.by_day.add({"on": "2024-03-01"}, n=1)
+
+    view.handles("Used")(handler)
+    return view
+
+
+def find_by_converted_keys(event, tables) -> None:
+    from decimal import Decimal
+
+    for k in (3, 3.0, Decimal(3)):
+        row = tables.numbered.get(event.stream_id, k)
+        assert row is not None and row["k"] == 3, k
+    tables.numbered.put({**row, "n": row["n"] + 1})
+    tables.by_day.add({"on": __import__("datetime").date(2024, 3, 1)}, n=1)  # a date, or its ISO text: one key
+    tables.numbered.put({"thing_id": event.stream_id, "k": 4, "on": "2024-03-02", "n": 7})
+    tables.numbered.delete(event.stream_id, 4.0)
+
+
+def test_keys_in_other_types_find_the_same_row():
+    result = replay(keyed_view("converting", find_by_converted_keys),
+                    [{"stream_id": "t1", "stream_type": "thing", "seq": 1, "type": "Made"},
+                     {"stream_id": "t1", "stream_type": "thing", "seq": 2, "type": "Used"}])
+    assert result.errors == []
+    assert [(r["k"], r["n"]) for r in result.tables["numbered"]] == [(3, 2)]
+    assert [(str(r["on"]), r["n"]) for r in result.tables["by_day"]] == [("2024-03-01", 2)]
+
+
+def get_with_one_value_for_two(event, tables) -> None:
+    tables.numbered.get(event.stream_id)
+
+
+def get_with_a_text_for_a_number(event, tables) -> None:
+    tables.numbered.get(event.stream_id, "three")
+
+
+def change_then_fail(event, tables) -> None:
+    tables.numbered.put({"thing_id": event.stream_id, "k": 3, "on": "2024-03-01", "n": 99})  # changed
+    tables.numbered.put({"thing_id": event.stream_id, "k": 5, "on": "2024-03-05", "n": 5})  # new
+    tables.numbered.delete(event.stream_id, 3)
+    tables.by_day.add({"on": "2024-03-01"}, n=10)
+    tables.by_day.add({"on": "2024-03-09"}, n=10)
+    raise KeyError("a bug after the writes")
+
+
+@pytest.mark.parametrize("handler, words", [
+    (get_with_one_value_for_two, "numbered: the primary key is ['thing_id', 'k'], got 1 values"),
+    (get_with_a_text_for_a_number, "numbered.k is BIGINT: a handler cannot store str 'three'"),
+    (change_then_fail, "'a bug after the writes'"),
+])
+def test_a_failed_handler_is_described_and_rolled_back_whole(handler, words):
+    result = replay(keyed_view(handler.__name__, handler),
+                    [{"stream_id": "t1", "stream_type": "thing", "seq": 1, "type": "Made"},
+                     {"stream_id": "t1", "stream_type": "thing", "seq": 2, "type": "Used"}])
+    (error,) = result.errors
+    assert error["error_class"] == "bug" and words in error["message"], error
+    assert error["reason"] == f"{error['exception_type']}: {error['message']}"
+    assert "Traceback (most recent call last)" in error["traceback"] and f"in {handler.__name__}" in error["traceback"]
+    assert [(r["k"], r["n"]) for r in result.tables["numbered"]] == [(3, 1)]
+    assert [(str(r["on"]), r["n"]) for r in result.tables["by_day"]] == [("2024-03-01", 1)]
