@@ -146,6 +146,10 @@ class ReplayedStore:
 OUTCOMES = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
 
 
+class HandlerBugFailure(RuntimeError):
+    """A handler of a view with on_bug="fail" raised: as `inorder run`, the replay stops there."""
+
+
 class _ViewState:
     """One view's part of the store between entries: per stream its state and buffer, its rows."""
 
@@ -258,7 +262,11 @@ def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[M
             vs.streams[sid] = state
             vs.updated[sid] = (entry.entry_idx, prev)
         vs.pending[sid] = []
-    for kind, _, sid, _, name, data, msg in out.records:
+    if out.fatal:  # a handler bug in a view with on_bug="fail": the run fails, and nothing is committed
+        first = next(r for r in out.records if r[0] == "fatal")
+        raise HandlerBugFailure(f"view {first[1]} (on_bug='fail'): handler bug on stream {first[2]!r} "
+                                f"seq {first[6].seq}: {first[5]['reason']}")
+    for kind, record_view, sid, record_entry, name, data, msg in out.records:
         if kind == "pending":
             vs.pending[sid].append(msg)
         elif kind == "rows" and name in vs.keyed:
@@ -266,14 +274,14 @@ def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[M
         elif kind == "rows":
             vs.appended[name].extend(data)
         elif kind == "error":
-            store.errors.append({"view": view.name, "stream_id": sid, **_message(msg), "kind": name,
+            store.errors.append({"view": record_view, "stream_id": sid, **_message(msg), "kind": name,
                                  **{k: v for k, v in data.items() if k != "logged_at_us"},
-                                 "logged_at": data["logged_at_us"], "entry_idx": entry.entry_idx})
+                                 "logged_at": data["logged_at_us"], "entry_idx": record_entry})
         elif kind == "gap":
-            store.gaps.append({"view": view.name, "stream_id": sid, "first_missing": data["first_missing"],
+            store.gaps.append({"view": record_view, "stream_id": sid, "first_missing": data["first_missing"],
                                "last_missing": data["last_missing"], "waited_seconds": data["waited_us"] / 1e6,
                                "reason": name, "batch_id": data["batch_id"], "skipped_at": data["skipped_at_us"],
-                               "entry_idx": entry.entry_idx})
+                               "entry_idx": record_entry})
     counts = {name: out.counts.get((view.name, entry.entry_idx, name), 0)
               for name in ("selected", *OUTCOMES, "gaps_skipped")}
     store.batches.append({"batch_id": entry.batch_id, "view": view.name, "entry_idx": entry.entry_idx,

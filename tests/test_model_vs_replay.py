@@ -11,12 +11,13 @@ import dataclasses
 from datetime import datetime, timezone
 
 from hypothesis import HealthCheck, given, settings
+import pytest
 from hypothesis import strategies as st
 
 from pipelines.inspect import SourceMapping
-from pipelines.testing import ReplayEntry, ReplayedStore, replay_entries
+from pipelines.testing import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
-from tests.reference_model import Entry, last_line, run_model, split_lines
+from tests.reference_model import Entry, RunFailed, last_line, run_model, split_lines
 from tests.shop_strategies import shop_scenarios
 from tests.strategies import hard_scenarios
 from pipelines.view import Reject, Table, View
@@ -146,6 +147,36 @@ def close(event, tables) -> None:
         tables.holds.delete(row["account_id"], row["seq"])
     if tables.holds.get(event.stream_id, 1) is not None:
         raise RuntimeError("a deleted row is still there")  # a bug: parks the stream
+
+
+def buggy(event, tables) -> None:
+    """A handler with a bug on every third seq (any exception but Reject), and a business refusal on
+    the others of a withdrawal over 100."""
+    if event.seq % 3 == 0:
+        raise ZeroDivisionError("a bug in the view")
+    if event.event_type == "Withdrawn" and amount_of(event) > 100:
+        raise Reject("too much at once")
+    tables.holds.put({"account_id": event.stream_id, "seq": event.seq, "amount": amount_of(event)})
+
+
+@FAST
+@given(data=st.data(), on_error=st.sampled_from(["skip", "park"]), on_bug=st.sampled_from(["park", "skip", "fail"]))
+def test_the_engines_core_equals_the_model_on_a_view_with_bugs(data, on_error, on_bug):
+    """on_error applies to a Reject, on_bug to any other exception; on_bug="fail" fails the run where
+    the engine would (the model and the replay both raise there), and nothing of that entry is kept."""
+    view = dataclasses.replace(HOLDS, name="bugs", handlers={"Deposited": buggy, "Withdrawn": buggy},
+                               on_error=on_error, on_bug=on_bug)
+    entries = data.draw(hard_scenarios(["acct-1", "acct-2", "100"]))
+    entries = [dataclasses.replace(e, target_view="bugs") if e.kind in ("retry", "skip") else e for e in entries]
+    for n in range(len(entries), 0, -1):  # the longest prefix the model runs without failing
+        try:
+            run_model(entries[:n], [view])
+        except RunFailed:
+            with pytest.raises(HandlerBugFailure):
+                replay_entries([view], replay_entries_of(entries[:n]))
+            continue
+        assert_replay_equals_model([view], entries[:n])
+        return
 
 
 @FAST
