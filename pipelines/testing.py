@@ -155,7 +155,8 @@ class _ViewState:
 
     def __init__(self, view: View) -> None:
         self.view = view
-        self.streams: dict[str, StreamState] = {}
+        self.watermarks: dict[str, dict] = {}  # stream -> its watermark as the walk emitted it
+        self.skipped: dict[str, list[tuple[int, int]]] = {}  # stream -> the gap ranges logged for it
         self.pending: dict[str, list[Message]] = {}
         self.updated: dict[str, tuple[int, int | None]] = {}  # stream -> (updated_entry, prev_last_seq)
         self.keyed: dict[str, dict[str, list[dict]]] = {t.name: {} for t in view.tables if t.kind == "keyed"}
@@ -204,8 +205,8 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
             entry_idx, last_us = entry_idx + 1, t_us
             entry = PassEntry(entry_idx, f"tick-{entry_idx}", "tick", t_us)
         elif e.kind in ("retry", "skip"):
-            state = states[e.target_view].streams.get(e.target_stream)
-            if state is None or not state.parked:
+            watermark = states[e.target_view].watermarks.get(e.target_stream)
+            if watermark is None or not watermark["parked"]:
                 store.refused.append((e.target_view, e.target_stream, str(NotParked(
                     f"stream {e.target_stream!r} of view {e.target_view} is not parked"))))
                 continue
@@ -232,11 +233,21 @@ def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> Inspecte
         return inspect_file(path, e.batch_id, entry_idx, mapping)
 
 
-def _due(view: View, state: StreamState, buffered: int, t_us: int) -> bool:
+def _due(view: View, watermark: dict, t_us: int) -> bool:
     """A buffered stream a run walks with no new message: its gap timer is due, or its buffer is over
     max_pending (the others would walk to the state they have: pipelines/project.py's WALK_BUFFER)."""
-    return not state.parked and (state.blocked_since_us is None or buffered > view.max_pending
-                                 or state.blocked_since_us + view.gap_timeout_us <= t_us)
+    since = watermark["blocked_since_us"]
+    return not watermark["parked"] and (since is None or watermark["pending_count"] > view.max_pending
+                                        or since + view.gap_timeout_us <= t_us)
+
+
+def _loaded(watermark: dict | None, skipped: list[tuple[int, int]], first_seq: int) -> StreamState:
+    """A stream's state as a run loads it from the store: its watermark and its logged gap ranges."""
+    if watermark is None:
+        return StreamState(last_seq=first_seq - 1)
+    return StreamState(stream_type=watermark["stream_type"], last_seq=watermark["last_seq"],
+                       blocked_at=watermark["blocked_at"], blocked_since_us=watermark["blocked_since_us"],
+                       parked=bool(watermark["parked"]), attempts=watermark["attempts"] or 0, skipped=sorted(skipped))
 
 
 def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[Message]], base: dict,
@@ -245,29 +256,29 @@ def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[M
     view = vs.view
     new = {sid: [m for m in msgs if m.stream_type in view.subscribes] for sid, msgs in by_stream.items()}
     new = {sid: msgs for sid, msgs in new.items() if msgs}
-    walked = set(new) | {sid for sid, msgs in vs.pending.items()
-                         if msgs and _due(view, vs.streams[sid], len(msgs), entry.t_us)}
+    walked = set(new) | {sid for sid, msgs in vs.pending.items() if msgs and _due(view, vs.watermarks[sid], entry.t_us)}
     if entry.target_stream is not None:
         walked.add(entry.target_stream)
     out = PassOutput()
+    prev: dict[str, int | None] = {}
     for sid in sorted(walked):
-        before = vs.streams.get(sid)
-        prev = None if before is None else before.last_seq
-        state = before or StreamState(last_seq=first_seq - 1)
+        before = vs.watermarks.get(sid)
+        prev[sid] = None if before is None else before["last_seq"]
+        state = _loaded(before, vs.skipped.get(sid, []), first_seq)
         state.keyed_rows = {name: [dict(r) for r in rows.get(sid, [])] for name, rows in vs.keyed.items()}
         state.newest_rows = {name: next((r for r in reversed(rows) if r[_stream_key(view, name)] == sid), None)
                              for name, rows in vs.appended.items()}
         walk_stream(view, sid, state, vs.pending.get(sid, []), new.get(sid, []), [entry], out, vs.sums)
-        if state.stream_type is not None:
-            vs.streams[sid] = state
-            vs.updated[sid] = (entry.entry_idx, prev)
         vs.pending[sid] = []
     if out.fatal:  # a handler bug in a view with on_bug="fail": the run fails, and nothing is committed
         first = next(r for r in out.records if r[0] == "fatal")
         raise HandlerBugFailure(f"view {first[1]} (on_bug='fail'): handler bug on stream {first[2]!r} "
                                 f"seq {first[6].seq}: {first[5]['reason']}")
     for kind, record_view, sid, record_entry, name, data, msg in out.records:
-        if kind == "pending":
+        if kind == "watermark":  # the commit keeps what the walk emitted, not the walk's own objects
+            vs.watermarks[sid] = data
+            vs.updated[sid] = (record_entry, prev[sid])
+        elif kind == "pending":
             vs.pending[sid].append(msg)
         elif kind == "rows" and name in vs.keyed:
             vs.keyed[name][sid] = data
@@ -278,6 +289,7 @@ def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[M
                                  **{k: v for k, v in data.items() if k != "logged_at_us"},
                                  "logged_at": data["logged_at_us"], "entry_idx": record_entry})
         elif kind == "gap":
+            vs.skipped.setdefault(sid, []).append((data["first_missing"], data["last_missing"]))
             store.gaps.append({"view": record_view, "stream_id": sid, "first_missing": data["first_missing"],
                                "last_missing": data["last_missing"], "waited_seconds": data["waited_us"] / 1e6,
                                "reason": name, "batch_id": data["batch_id"], "skipped_at": data["skipped_at_us"],
@@ -300,12 +312,13 @@ def _message(msg: Message) -> dict:
 
 def _store_view(vs: _ViewState, store: ReplayedStore) -> None:
     view = vs.view
-    for sid, state in sorted(vs.streams.items()):
+    for sid, watermark in sorted(vs.watermarks.items()):
         updated_entry, prev = vs.updated[sid]
         store.watermarks.append({
-            "view": view.name, "stream_id": sid, "stream_type": state.stream_type, "last_seq": state.last_seq,
-            "blocked_at": state.blocked_at, "blocked_since": state.blocked_since_us, "parked": state.parked,
-            "pending_count": len(vs.pending.get(sid, [])), "attempts": state.attempts,
+            "view": view.name, "stream_id": sid, "stream_type": watermark["stream_type"],
+            "last_seq": watermark["last_seq"], "blocked_at": watermark["blocked_at"],
+            "blocked_since": watermark["blocked_since_us"], "parked": watermark["parked"],
+            "pending_count": watermark["pending_count"], "attempts": watermark["attempts"],
             "updated_entry": updated_entry, "prev_last_seq": prev})
         for msg in sorted(vs.pending.get(sid, [])):
             store.pending.append({"view": view.name, "stream_id": sid, "stream_type": msg.stream_type,
