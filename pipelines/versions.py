@@ -177,8 +177,9 @@ def compare(view: View, row: tuple | None) -> ViewVersion:
     if code == stored:
         return ViewVersion(view.name, code, stored, "same", "", **extra)
     old_parts = json.loads(parts) if parts else {}
-    changed = [name for name, digest in code_parts(view).items() if old_parts.get(name) != digest]
-    changed += [f"{name} removed" for name in old_parts if name not in code_parts(view)]
+    parts = code_parts(view)
+    changed = [name for name, digest in parts.items() if old_parts.get(name) != digest]
+    changed += [f"{name} removed" for name in old_parts if name not in parts]
     return ViewVersion(view.name, code, stored, "code", ", ".join(changed) + " changed" if changed
                        else "code changed", **extra)
 
