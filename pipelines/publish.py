@@ -224,13 +224,6 @@ class Publisher:
             positions.append(Position(view.name, entry, done, behind))
         return positions
 
-    def forget(self, view: View) -> None:
-        """Mark the view unpublished (its tables keep their rows, so readers still see the old view):
-        the next publication of it is full. Used when a rebuild starts."""
-        self._create_published()
-        with self.pg.transaction():
-            self.pg.execute(f"DELETE FROM {self.target.qualified(PUBLISHED_TABLE)} WHERE view = %s", [view.name])
-
     # -- publishing -----------------------------------------------------------------------------------
 
     def publish(self, con: duckdb.DuckDBPyConnection, views: Sequence[View], pass_start: dict[str, int] | None = None,
@@ -430,9 +423,6 @@ class Publishing:
     def publish(self, con: duckdb.DuckDBPyConnection, views: Sequence[View], pass_start: dict[str, int] | None = None,
                 full: bool = False) -> None:
         self._do(lambda publisher: publisher.publish(con, views, pass_start, full))
-
-    def forget(self, view: View) -> None:
-        self._do(lambda publisher: publisher.forget(view))
 
     def close(self) -> None:
         if self._publisher is not None:
