@@ -217,13 +217,13 @@ class StreamApplier:
             if isinstance(container, AppendRows):
                 container.appended.pop()
                 container.newest = old
-            elif old is _MISSING:
-                container.pop(key, None)
+            elif old is _MISSING:  # undone in reverse order: the key is there again
+                del container[key]
             else:
                 container[key] = old
 
 
 def describe_exception(exc: BaseException) -> tuple[str, str, str]:
     """(exception type, message, traceback) of a handler failure, bounded in size."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = "".join(traceback.format_exception(exc))
     return type(exc).__name__, str(exc)[:2000], text[-_TRACEBACK_LIMIT:]

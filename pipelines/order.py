@@ -23,6 +23,28 @@ class NotParked(ValueError):
 
 
 @dataclass(frozen=True)
+class HandlerBug:
+    """A handler of a view with on_bug="fail" raised on this message, in this entry (a "fatal" record)."""
+
+    view: str
+    stream_id: str
+    seq: int
+    entry_idx: int
+    reason: str
+
+
+class HandlerBugFailure(RuntimeError):
+    """Handlers of views with on_bug="fail" raised: the run fails, and its pass is not committed."""
+
+    def __init__(self, bugs: list[HandlerBug]) -> None:
+        first = bugs[0]
+        super().__init__(f"view {first.view} (on_bug='fail'): handler bug on stream {first.stream_id!r} seq "
+                         f"{first.seq}: {first.reason}; nothing was committed"
+                         + (f" ({len(bugs) - 1} more streams failed)" if len(bugs) > 1 else ""))
+        self.bugs = bugs
+
+
+@dataclass(frozen=True)
 class PassEntry:
     """One entry of the pass as a view sees it."""
 

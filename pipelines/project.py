@@ -408,7 +408,7 @@ class PassResult:
         metrics = summary.filter(pc.and_(pc.equal(summary["kind"], "metric"), pc.equal(summary["name"], FATAL_METRIC)))
         if not pc.sum(metrics["n"]).as_py():
             return []
-        columns = ["view", "stream_id", "seq", "data"]
+        columns = ["view", "stream_id", "seq", "entry_idx", "data"]
         if self.folder is None:
             table = self.table.filter(pc.equal(self.table["kind"], "fatal")).select(columns)
         else:

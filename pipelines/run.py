@@ -23,7 +23,7 @@ from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, vi
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark import stage_progress
 from pipelines.layout import LIVE, Layout
-from pipelines.order import NotParked
+from pipelines.order import HandlerBug, HandlerBugFailure, NotParked
 from pipelines.rebuild import prepare_shadow, swap
 from pipelines.store import Home, Store, take_lock, us_from_utc
 from pipelines.versions import read_versions
@@ -232,18 +232,11 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
                  f"in {time.perf_counter() - started:.1f}s")
 
 
-class HandlerBugFailure(RuntimeError):
-    """A handler of a view with on_bug="fail" raised: the pass is not committed."""
-
-
 def refuse_failed_pass(out: PassResult, summary: pa.Table) -> None:
-    failures = out.fatal(summary)
-    if failures:
-        first = failures[0]
-        raise HandlerBugFailure(
-            f"view {first['view']} (on_bug='fail'): handler bug on stream {first['stream_id']!r} seq {first['seq']}: "
-            f"{first['data']['reason']}; nothing was committed"
-            + (f" ({len(failures) - 1} more streams failed)" if len(failures) > 1 else ""))
+    bugs = [HandlerBug(f["view"], f["stream_id"], f["seq"], f["entry_idx"], f["data"]["reason"])
+            for f in out.fatal(summary)]
+    if bugs:
+        raise HandlerBugFailure(bugs)
 
 
 def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | None = None,

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from pipelines.inspect import InspectedBatch, RejectedFile, SourceMapping, inspect_file, inspect_json_lines
 from pipelines.message import Message
-from pipelines.order import NotParked, PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.order import (HandlerBug, HandlerBugFailure, NotParked, PassEntry, PassOutput, StreamState,
+                             walk_stream)
 from pipelines.store import us_from_utc
 from pipelines.view import Table, View
 
@@ -146,10 +147,6 @@ class ReplayedStore:
 OUTCOMES = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")
 
 
-class HandlerBugFailure(RuntimeError):
-    """A handler of a view with on_bug="fail" raised: as `inorder run`, the replay stops there."""
-
-
 class _ViewState:
     """One view's part of the store between entries: per stream its state and buffer, its rows."""
 
@@ -164,17 +161,40 @@ class _ViewState:
         self.sums: dict[str, dict] = {}
 
 
-def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mapping: SourceMapping | None = None
-                   ) -> ReplayedStore:
-    """Run `views` over an ingest log in memory, entry by entry, as `inorder run` would run each one:
-    a batch already ingested is skipped, an unreadable or empty file is set aside, a tick is recorded
-    only when logical time moved, and an operator action on a stream that is not parked is refused."""
+@dataclass(frozen=True)
+class _Projected:
+    """An entry of the ingest log as a pass projects it: its messages by stream, its ledger's base counts,
+    and for an operator's action the view it concerns."""
+
+    entry: PassEntry
+    by_stream: dict[str, list[Message]]
+    base: dict
+    target_view: str | None = None
+
+
+def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mapping: SourceMapping | None = None,
+                   entries_per_pass: int = 1) -> ReplayedStore:
+    """Run `views` over an ingest log in memory, as `inorder run` would: a batch already ingested is
+    skipped, an unreadable or empty file is set aside, a tick is recorded only when logical time moved,
+    and an operator action on a stream that is not parked is refused. Each run projects one entry
+    (`entries_per_pass=1`), or up to that many waiting entries in one pass, as a run does that finds
+    several (each stream walks them all at once; an operator's action is checked once what came before
+    it is committed)."""
     mapping = mapping or SourceMapping()
     states = {v.name: _ViewState(v) for v in views}
     subscribed = {t for v in views for t in v.subscribes}
     store = ReplayedStore()
     seen: set[str] = set()
+    waiting: list[_Projected] = []
     entry_idx, last_us = 0, None
+
+    def commit_waiting() -> None:
+        for view in views:
+            mine = [w for w in waiting if w.target_view in (None, view.name)]
+            if mine:
+                _project_pass(states[view.name], mine, store, mapping.first_seq)
+        waiting.clear()
+
     for e in entries:
         t_us = us_from_utc(e.received_at)
         by_stream: dict[str, list[Message]] = {}
@@ -205,6 +225,7 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
             entry_idx, last_us = entry_idx + 1, t_us
             entry = PassEntry(entry_idx, f"tick-{entry_idx}", "tick", t_us)
         elif e.kind in ("retry", "skip"):
+            commit_waiting()  # `inorder retry/skip` checks the stream against what is committed
             watermark = states[e.target_view].watermarks.get(e.target_stream)
             if watermark is None or not watermark["parked"]:
                 store.refused.append((e.target_view, e.target_stream, str(NotParked(
@@ -214,10 +235,11 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
             entry = PassEntry(entry_idx, f"{e.kind}-{entry_idx}", e.kind, last_us, e.target_stream)
         else:
             raise ValueError(f"unknown entry kind {e.kind!r}")
-        for view in views:
-            if entry.kind in ("retry", "skip") and view.name != e.target_view:
-                continue
-            _project_entry(states[view.name], entry, by_stream, base, store, mapping.first_seq)
+        waiting.append(_Projected(entry, by_stream, base, e.target_view if e.kind in ("retry", "skip") else None))
+        if len(waiting) >= entries_per_pass:
+            commit_waiting()
+    commit_waiting()
+    store.batches.sort(key=lambda row: row["entry_idx"])  # the ledger in ingest order (stable: views in order)
     for vs in states.values():
         _store_view(vs, store)
     return store
@@ -250,15 +272,21 @@ def _loaded(watermark: dict | None, skipped: list[tuple[int, int]], first_seq: i
                        parked=bool(watermark["parked"]), attempts=watermark["attempts"] or 0, skipped=sorted(skipped))
 
 
-def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[Message]], base: dict,
-                   store: ReplayedStore, first_seq: int) -> None:
-    """One run's projection of one entry for one view, and its commit (the state it keeps)."""
+def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedStore, first_seq: int) -> None:
+    """One run's pass over some entries for one view, and its commit (the state it keeps): the streams
+    it walks are those the entries bring messages for or act on, and the buffered ones due by the last
+    entry's time (pipelines/project.py's `load_inputs`)."""
     view = vs.view
-    new = {sid: [m for m in msgs if m.stream_type in view.subscribes] for sid, msgs in by_stream.items()}
+    entries = [p.entry for p in projected]
+    new: dict[str, list[Message]] = {}
+    for p in projected:
+        for sid, msgs in p.by_stream.items():
+            new.setdefault(sid, []).extend(m for m in msgs if m.stream_type in view.subscribes)
     new = {sid: msgs for sid, msgs in new.items() if msgs}
-    walked = set(new) | {sid for sid, msgs in vs.pending.items() if msgs and _due(view, vs.watermarks[sid], entry.t_us)}
-    if entry.target_stream is not None:
-        walked.add(entry.target_stream)
+    t_us = max(e.t_us for e in entries)
+    walked = set(new) | {sid for sid, msgs in vs.pending.items() if msgs and _due(view, vs.watermarks[sid], t_us)}
+    walked |= {e.target_stream for e in entries if e.target_stream is not None}
+    pending_before = sum(len(msgs) for msgs in vs.pending.values())
     out = PassOutput()
     prev: dict[str, int | None] = {}
     for sid in sorted(walked):
@@ -268,12 +296,11 @@ def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[M
         state.keyed_rows = {name: [dict(r) for r in rows.get(sid, [])] for name, rows in vs.keyed.items()}
         state.newest_rows = {name: next((r for r in reversed(rows) if r[_stream_key(view, name)] == sid), None)
                              for name, rows in vs.appended.items()}
-        walk_stream(view, sid, state, vs.pending.get(sid, []), new.get(sid, []), [entry], out, vs.sums)
+        walk_stream(view, sid, state, vs.pending.get(sid, []), new.get(sid, []), entries, out, vs.sums)
         vs.pending[sid] = []
     if out.fatal:  # a handler bug in a view with on_bug="fail": the run fails, and nothing is committed
-        first = next(r for r in out.records if r[0] == "fatal")
-        raise HandlerBugFailure(f"view {first[1]} (on_bug='fail'): handler bug on stream {first[2]!r} "
-                                f"seq {first[6].seq}: {first[5]['reason']}")
+        raise HandlerBugFailure([HandlerBug(view_name, sid, msg.seq, entry_idx, data["reason"])
+                                 for kind, view_name, sid, entry_idx, _, data, msg in out.records if kind == "fatal"])
     for kind, record_view, sid, record_entry, name, data, msg in out.records:
         if kind == "watermark":  # the commit keeps what the walk emitted, not the walk's own objects
             vs.watermarks[sid] = data
@@ -294,11 +321,14 @@ def _project_entry(vs: _ViewState, entry: PassEntry, by_stream: dict[str, list[M
                                "last_missing": data["last_missing"], "waited_seconds": data["waited_us"] / 1e6,
                                "reason": name, "batch_id": data["batch_id"], "skipped_at": data["skipped_at_us"],
                                "entry_idx": record_entry})
-    counts = {name: out.counts.get((view.name, entry.entry_idx, name), 0)
-              for name in ("selected", *OUTCOMES, "gaps_skipped")}
-    store.batches.append({"batch_id": entry.batch_id, "view": view.name, "entry_idx": entry.entry_idx,
-                          "kind": entry.kind, "received_at": entry.t_us, **base, **counts,
-                          "pending": sum(len(msgs) for msgs in vs.pending.values())})
+    pending = pending_before  # after each entry: what was buffered, plus selected, less what left
+    for p in projected:
+        counts = {name: out.counts.get((view.name, p.entry.entry_idx, name), 0)
+                  for name in ("selected", *OUTCOMES, "gaps_skipped")}
+        pending += counts["selected"] - sum(counts[name] for name in OUTCOMES)
+        store.batches.append({"batch_id": p.entry.batch_id, "view": view.name, "entry_idx": p.entry.entry_idx,
+                              "kind": p.entry.kind, "received_at": p.entry.t_us, **p.base, **counts,
+                              "pending": pending})
 
 
 def _stream_key(view: View, table: str) -> str:

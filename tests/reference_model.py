@@ -412,6 +412,10 @@ class _Stream:
 class RunFailed(RuntimeError):
     """A handler bug in a view with on_bug="fail": the run fails and commits nothing."""
 
+    def __init__(self, view: str, stream_id: str, seq: int, entry_idx: int) -> None:
+        super().__init__(f"view {view}: handler bug on {stream_id} seq {seq} in entry {entry_idx}")
+        self.bug = (view, stream_id, seq, entry_idx)
+
 
 class Model:
     def __init__(self, views: Any, first_seq: int = 1, max_record_bytes: int = 1 << 20) -> None:
@@ -549,7 +553,7 @@ class Model:
                 outcome, policy = self._apply(view, s.pending[nxt], attempt)
                 if policy in ("park", "fail"):
                     if policy == "fail":
-                        raise RunFailed(f"view {view.name}: handler bug on {stream_id} seq {nxt}")
+                        raise RunFailed(view.name, stream_id, nxt, self.entry_idx)
                     s.parked, s.attempts = True, attempt  # the message stays in the buffer; the walk stops
                     s.last_seq = nxt - 1
                     s.blocked_at = s.blocked_since = None  # parked, not waiting at a gap

@@ -55,8 +55,23 @@ def append_another_streams_row(event, tables) -> None:
     tables.log.append({"thing_id": "t2", "pos": 2, "what": "theirs"})
 
 
+def get_with_two_values_for_one(event, tables) -> None:
+    tables.things.get(event.stream_id, 2)
+
+
+def put_another_streams_row(event, tables) -> None:
+    tables.things.put({"thing_id": "t2", "n": 1})
+
+
+def aggregate_a_text(event, tables) -> None:
+    tables.totals.add({"day": "d"}, n="5")
+
+
 @pytest.mark.parametrize("handler, words", [
     (aggregate_with_a_wrong_key, "totals: key must have exactly ['day']"),
+    (aggregate_a_text, "totals.n: increment must be a number, got '5'"),
+    (get_with_two_values_for_one, "things: the primary key is ['thing_id'], got 2 values"),
+    (put_another_streams_row, "things: a handler may only write rows of its own stream"),
     (aggregate_an_unknown_column, "totals: unknown column 'm'"),
     (append_with_a_missing_column, "log: a row needs exactly the columns ['thing_id', 'pos', 'what']"),
     (append_the_same_key_again, "log: appended rows need increasing primary keys"),
@@ -155,3 +170,41 @@ def test_a_failed_handler_is_described_and_rolled_back_whole(handler, words):
     assert "Traceback (most recent call last)" in error["traceback"] and f"in {handler.__name__}" in error["traceback"]
     assert [(r["k"], r["n"]) for r in result.tables["numbered"]] == [(3, 1)]
     assert [(str(r["on"]), r["n"]) for r in result.tables["by_day"]] == [("2024-03-01", 1)]
+
+
+def append_then_fail(event, tables) -> None:
+    tables.log.append({"thing_id": event.stream_id, "pos": 2, "what": "lost"})
+    raise RuntimeError("x" * 9000)
+
+
+def append_after_the_newest(event, tables) -> None:
+    newest = tables.log.last()
+    tables.log.append({"thing_id": event.stream_id, "pos": newest["pos"] + 1, "what": "used"})
+
+
+def test_a_failed_append_leaves_the_newest_row_as_it_was_and_a_long_message_is_cut():
+    view = misusing("appending", append_after_the_newest)
+    view.handles("Broke")(append_then_fail)
+    result = replay(view, [{"stream_id": "t1", "stream_type": "thing", "seq": seq, "type": kind}
+                           for seq, kind in ((1, "Made"), (2, "Broke"), (3, "Used"))])
+    (error,) = result.errors
+    assert error["seq"] == 2 and error["message"] == "x" * 2000  # bounded: the error log is not a dump
+    assert error["traceback"] == "x" * 7999 + "\n"  # its last 8,000 characters: where the exception is
+    assert [(r["pos"], r["what"]) for r in result.tables["log"]] == [(1, "made"), (2, "used")]
+
+
+BY_DAY_AND_KIND = Table("by_day_and_kind", {"day": "VARCHAR", "kind": "VARCHAR", "n": "BIGINT"}, ("day", "kind"),
+                        kind="aggregate")
+
+
+def test_an_aggregate_with_a_composite_key_sums_per_key():
+    view = View(name="composite", tables=(BY_DAY_AND_KIND,), subscribes=("thing",))
+
+    @view.handles("Made")
+    def made(event, tables) -> None:
+        tables.by_day_and_kind.add({"day": "d", "kind": event.payload["kind"]}, n=event.seq)
+
+    result = replay(view, [{"stream_id": f"t{seq}", "stream_type": "thing", "seq": 1, "type": "Made",
+                            "payload": {"kind": kind}} for seq, kind in ((1, "a"), (2, "b"), (3, "a"))])
+    assert result.errors == []
+    assert [(r["kind"], r["n"]) for r in result.tables["by_day_and_kind"]] == [("a", 2), ("b", 1)]

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pipelines import faults
 from pipelines.message import Message
 from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.testing import ReplayEntry, replay_entries
+from pipelines.view import View
 from views import accounts
 
 VIEW = accounts.VIEW
@@ -34,3 +42,79 @@ def test_timer_starts_when_blocked_and_fires_after_gap_timeout_across_entries():
 def test_an_operator_entry_for_an_unknown_stream_writes_nothing():
     out = walk(StreamState(), [], [PassEntry(1, "retry-1", "retry", 0, "a")])
     assert out.records == [] and out.counts == {}
+
+
+def test_the_watermark_names_the_last_entry_that_walked_the_stream():
+    """docs/STORE.md `updated_entry`: an entry walks a stream it brings messages for, or that has a buffer;
+    later entries of the same pass that do neither leave it."""
+    entries = [PassEntry(1, "b1", "batch", 0), PassEntry(2, "b2", "batch", SECOND), PassEntry(3, "tick-3", "tick", 2 * SECOND)]
+    opened = message(1, 1, "AccountOpened", '{"owner":"ada"}')
+    out = walk(StreamState(last_seq=0), [opened, message(2, 1)], entries)
+    (watermark,) = [r for r in out.records if r[0] == "watermark"]
+    assert watermark[3] == 1 and watermark[5]["last_seq"] == 2
+    out = walk(StreamState(last_seq=0), [opened, message(3, 1)], entries)  # seq 3 waits for 2 through entry 3
+    (watermark,) = [r for r in out.records if r[0] == "watermark"]
+    assert watermark[3] == 3 and watermark[5]["pending_count"] == 1
+
+
+def test_a_failure_after_a_retried_message_applied_is_its_first_attempt():
+    """`attempts` counts the failures of the message at last_seq + 1: once a retried message applies (its
+    handler was fixed), a later message that fails in the same walk starts again at 1."""
+    view = View(name="fixed", tables=(), subscribes=("account",), on_bug="park")
+    view.handles("Deposited")(lambda event, tables: None)
+
+    @view.handles("Withdrawn")
+    def still_broken(event, tables) -> None:
+        raise RuntimeError("still broken")
+
+    state = StreamState(stream_type="account", last_seq=2, parked=True, attempts=3)
+    out = PassOutput()
+    walk_stream(view, "a", state, [message(3, 1), message(4, 1, "Withdrawn")], [],
+                [PassEntry(2, "retry-2", "retry", SECOND, "a")], out, {})
+    (error,) = [r for r in out.records if r[0] == "error"]
+    assert (error[6].seq, error[5]["attempt"]) == (4, 1)
+    assert (state.last_seq, state.parked, state.attempts) == (3, True, 1)
+
+
+class Crashed(Exception):
+    """What a crash point raises here instead of killing the process."""
+
+
+def reached(point: str, monkeypatch) -> bool:
+    """Whether a replay of a bank scenario with a gap skipped, a handler error and a buffer reaches `point`."""
+    monkeypatch.setattr(faults, "ARMED", point)
+    monkeypatch.setattr(faults, "_point", point)
+    monkeypatch.setattr(faults, "_NTH", 1)
+    monkeypatch.setattr(faults, "_hits", 0)
+    monkeypatch.setattr(faults, "_DELAY_US", 0)
+
+    def crash() -> None:
+        raise Crashed(point)
+
+    monkeypatch.setattr(faults, "_kill", crash)
+    lines = [{"stream_id": "a", "seq": 1, "type": "AccountOpened", "payload": {"owner": "ada"}},
+             {"stream_id": "a", "seq": 2, "type": "Withdrawn", "payload": {"amount": "abc"}},
+             {"stream_id": "a", "seq": 4, "type": "Deposited", "payload": {"amount": "1"}}]
+    log = [ReplayEntry("batch", datetime(2026, 1, 1, tzinfo=timezone.utc),
+                       b"".join(json.dumps(line).encode() + b"\n" for line in lines), "b1.jsonl"),
+           ReplayEntry("tick", datetime(2026, 1, 2, tzinfo=timezone.utc))]
+    try:
+        replay_entries([VIEW], log)
+    except Crashed:
+        return True
+    return False
+
+
+def test_every_crash_point_of_the_walk_is_armed_by_the_sweep_and_reached(monkeypatch):
+    """The crash sweep (tests/crash_sweep.py) kills runs at these points: a point renamed or no longer
+    passed would make its cases kill nothing."""
+    from tests.crash_sweep import NAMED, REBUILD_POINTS
+
+    source = "".join(Path(f"pipelines/{name}.py").read_text() for name in ("order", "apply"))
+    in_the_walk = set(re.findall(r'crash_point\("([a-z_.]+)"\)', source))
+    armed = {p for p, *_ in NAMED + REBUILD_POINTS if p.split(".")[0] in ("order", "apply")}
+    assert in_the_walk == armed == {"order.candidate", "order.gap_skipped", "order.stream_walked",
+                                    "apply.applied", "apply.handler_error"}
+    for point in sorted(armed):
+        assert reached(point, monkeypatch), point
+    assert not reached("order.nowhere", monkeypatch)
