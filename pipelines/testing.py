@@ -302,6 +302,8 @@ def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedSt
         raise HandlerBugFailure([HandlerBug(view_name, sid, msg.seq, entry_idx, data["reason"])
                                  for kind, view_name, sid, entry_idx, _, data, msg in out.records if kind == "fatal"])
     for kind, record_view, sid, record_entry, name, data, msg in out.records:
+        if record_view != view.name:  # the commit files every record under the view it names
+            continue
         if kind == "watermark":  # the commit keeps what the walk emitted, not the walk's own objects
             vs.watermarks[sid] = data
             vs.updated[sid] = (record_entry, prev[sid])

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 settings.register_profile("dev", max_examples=200)
 settings.register_profile("ci", max_examples=500, derandomize=True, print_blob=True)
 settings.register_profile("nightly", max_examples=20_000)
-settings.register_profile("mutation", max_examples=60, derandomize=True)
+# A mutant is killed by its first failing example: shrinking it would only spend the mutant's time limit.
+settings.register_profile("mutation", max_examples=60, derandomize=True,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 settings.load_profile(PROFILE)
 

@@ -221,20 +221,25 @@ def hard_scenarios(draw, streams: list[str], max_streams: int = 3, max_events: i
                    first_seq: int = 1) -> list[Entry]:
     """`hard_lines` in batches with ticks (some long enough for timers), empty files, a batch delivered
     twice under the same name, and operators' retry/skip of `streams` (parked or not: an action on a
-    stream that is not parked is refused) at the latest logical time."""
+    stream that is not parked is refused) at the latest logical time, one at a time or a round of them."""
     entries = draw(batches_of(draw(hard_lines(max_streams, max_events, first_seq))))
     extra = [as_table_file(e, draw(st.sampled_from(["jsonl", "jsonl", "jsonl", "csv", "parquet"])))
              if e.kind == "batch" else e for e in entries]
     for _ in range(draw(st.integers(0, 3))):
         at = draw(st.integers(0, len(extra)))
         t = extra[at - 1].T if at else T0
-        choice = draw(st.sampled_from(["retry", "skip", "empty", "again"]))
+        choice = draw(st.sampled_from(["retry", "skip", "empty", "again", "round"]))
         if choice == "empty":
             extra.insert(at, Entry("batch", f"empty-{at}-{len(extra)}", t + 1, lines=[]))
         elif choice == "again" and at and extra[at - 1].kind == "batch":
             extra.insert(at, dataclass_replace(extra[at - 1], T=t))  # the same file again: nothing new
         elif choice in ("retry", "skip"):
             extra.insert(at, Entry(choice, "", t, target_view="accounts", target_stream=draw(st.sampled_from(streams))))
+        elif choice == "round":  # an operator's round, late on: every stream retried or skipped, parked ones too
+            at = draw(st.integers(len(extra) // 2, len(extra)))
+            t = extra[at - 1].T if at else T0
+            extra[at:at] = [Entry(draw(st.sampled_from(["retry", "skip"])), "", t, target_view="accounts",
+                                  target_stream=stream) for stream in streams]
     return _in_time_order(extra)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.inspect import RejectedFile, SourceMapping, inspect_file
+from pipelines.inspect import MAX_DEPTH, TOO_DEEP, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from tests.reference_model import normalise as model_normalise
 from tests.profiles import examples
 
@@ -197,3 +199,120 @@ def test_engine_and_model_agree_on_any_record(tmp_path_factory, record):
     else:
         got = batch.messages.to_pylist()[0]
         assert {k: got[k] for k in expected} == expected
+
+
+# Inspection at its edges, in every format: the nesting limit to the level, a CSV field's own line ends,
+# null inside a payload, Parquet values JSON cannot hold measured by their text, the bound on a rejection's
+# reason. Each is a rule a landing file can reach that the generated tests rarely land exactly on.
+def nested(levels: int) -> dict:
+    """An object nested exactly `levels` levels (itself level 1), with more brackets than levels: an empty
+    array beside each inner object, so that counting brackets alone cannot tell its depth."""
+    return {"k": 1} if levels == 1 else {"a": nested(levels - 1), "s": []}
+
+
+def inspect(path: Path, mapping: SourceMapping = SourceMapping()) -> InspectedBatch:
+    return inspect_file(path, path.stem, 1, mapping)
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(list(rows[0]))
+        writer.writerows([list(r.values()) for r in rows])
+    return path
+
+
+def record(payload, seq: int = 1, **more) -> dict:
+    return {"stream_id": "a", "seq": seq, "type": "X", "payload": payload, **more}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_a_record_may_nest_max_depth_levels_and_no_more(tmp_path, fmt):
+    """The record is level 1, so its payload may nest MAX_DEPTH - 1 levels, whether it is JSON inside a
+    JSON line or JSON text in a CSV or Parquet column."""
+    rows = [record(nested(MAX_DEPTH - 1), 1), record(nested(MAX_DEPTH), 2)]
+    path = tmp_path / f"deep.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "csv":
+        write_csv(path, [{**r, "payload": json.dumps(r["payload"])} for r in rows])
+    else:
+        pq.write_table(pa.table({"stream_id": ["a", "a"], "seq": [1, 2], "type": ["X", "X"],
+                                 "payload": [json.dumps(r["payload"]) for r in rows]}), path)
+    batch = inspect(path)
+    assert batch.messages["seq"].to_pylist() == [1]
+    assert json.loads(batch.messages["payload"][0].as_py()) == nested(MAX_DEPTH - 1)
+    assert [(line, reason) for line, _, reason in batch.malformed] == [(2, TOO_DEEP)]
+
+
+def test_a_parquet_schema_nested_past_what_parquet_reads_is_rejected_whole(tmp_path):
+    """pyarrow reads no schema nested deeper than 100 levels, below MAX_DEPTH: such a file is a rejected
+    batch with the reason, never a crash (and no Parquet record reaches the nesting limit)."""
+    path = tmp_path / "structs.parquet"
+    pq.write_table(pa.table({"stream_id": ["a"], "seq": [1], "type": ["X"], "payload": pa.array([nested(110)])}), path)
+    with pytest.raises(RejectedFile, match="too deeply nested"):
+        inspect(path)
+
+
+def test_a_quoted_csv_field_keeps_its_own_line_ends(tmp_path):
+    """A quoted field may hold CR LF, LF or CR: they are the field's, not line ends (nor translated)."""
+    path = tmp_path / "ends.csv"
+    path.write_bytes(b'stream_id,seq,type,payload,occurred_at\r\n'
+                     b'a,1,X,"{""note"":\r\n1}","2024-03-01\r\nT10"\r\n'
+                     b'a,2,X,{},"2024-03-02\rT10"\r\n')
+    batch = inspect(path)
+    assert batch.malformed == []
+    assert batch.messages["occurred_at"].to_pylist() == ["2024-03-01\r\nT10", "2024-03-02\rT10"]
+    assert batch.messages["payload"].to_pylist() == ['{"note":1}', "{}"]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_null_and_booleans_inside_a_payload_are_kept_as_json(tmp_path, fmt):
+    payload = {"gone": None, "yes": True, "no": False, "list": [None, 1, "x"]}
+    path = tmp_path / f"nulls.{fmt}"
+    if fmt == "jsonl":  # an extra key sends the line down the per-line path, as in the other formats
+        path.write_text(json.dumps(record(payload, extra="kept out")) + "\n")
+    elif fmt == "csv":
+        write_csv(path, [record(json.dumps(payload))])
+    else:
+        pq.write_table(pa.table({k: [v] for k, v in record(json.dumps(payload)).items()}), path)
+    batch = inspect(path)
+    assert batch.messages["payload"].to_pylist() == ['{"gone":null,"list":[null,1,"x"],"no":false,"yes":true}']
+
+
+def test_parquet_lists_and_structs_of_dates_times_and_decimals_are_measured_by_their_text(tmp_path):
+    """A list or struct column is measured as its JSON text, with each value JSON cannot hold (a date, a
+    timestamp, a decimal) written as its str(): as the same row would measure written out as text."""
+    at = datetime(2024, 3, 1, 10, 0, tzinfo=timezone.utc)
+    row = {"stream_id": "a", "seq": 1, "type": "X", "payload": "{}",
+           "when": [date(2024, 3, 1), date(2024, 3, 2)], "meta": {"at": at, "price": Decimal("10.50")}}
+    texts = ["a", "1", "X", "{}", '["2024-03-01", "2024-03-02"]', '{"at": "2024-03-01 10:00:00+00:00", "price": "10.50"}']
+    size = sum(len(t.encode()) for t in texts) + len(row) - 1
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({k: [v] for k, v in row.items()}), path)
+    assert inspect(path, SourceMapping(max_record_bytes=size)).messages.num_rows == 1
+    ((_, _, reason),) = inspect(path, SourceMapping(max_record_bytes=size - 1)).malformed
+    assert reason == f"record is {size} bytes, over max_record_bytes {size - 1}"
+
+
+def test_a_one_column_parquet_row_is_its_value_alone(tmp_path):
+    """No separator byte is counted when there is one column: a row exactly at the limit is judged on its
+    fields (here: no seq), not on its size."""
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"stream_id": ["abcd"]}), path)
+    ((line, _, reason),) = inspect(path, SourceMapping(max_record_bytes=4)).malformed
+    assert (line, reason) == (1, "seq is missing")
+
+
+def test_an_unreadable_parquet_files_reason_is_bounded(tmp_path):
+    """The reason names the file (pyarrow's message does) but is cut at 500 characters."""
+    folder = tmp_path
+    for i in range(4):  # a deep landing path makes pyarrow's message long
+        folder = folder / (f"{i}" * 120)
+    folder.mkdir(parents=True)
+    path = folder / "broken.parquet"
+    path.write_bytes(b"PAR1 not really")
+    with pytest.raises(RejectedFile) as rejected:
+        inspect(path)
+    reason = str(rejected.value)
+    assert reason.startswith("Parquet file cannot be read: ") and len(reason) == 500

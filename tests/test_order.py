@@ -118,3 +118,29 @@ def test_every_crash_point_of_the_walk_is_armed_by_the_sweep_and_reached(monkeyp
     for point in sorted(armed):
         assert reached(point, monkeypatch), point
     assert not reached("order.nowhere", monkeypatch)
+
+
+def test_a_skip_drops_the_parked_message_and_a_failure_right_after_is_a_first_attempt():
+    view = View(name="skipping", tables=(), subscribes=("account",), on_bug="park")
+    view.handles("Deposited")(lambda event, tables: None)
+
+    @view.handles("Withdrawn")
+    def broken(event, tables) -> None:
+        raise RuntimeError("broken")
+
+    state = StreamState(stream_type="account", last_seq=2, parked=True, attempts=2)
+    out = PassOutput()
+    walk_stream(view, "a", state, [message(3, 1, "Withdrawn"), message(4, 1, "Withdrawn")], [],
+                [PassEntry(2, "skip-2", "skip", SECOND, "a")], out, {})
+    (error,) = [r for r in out.records if r[0] == "error"]
+    assert (error[6].seq, error[5]["attempt"]) == (4, 1)
+    assert (state.last_seq, state.parked, state.attempts) == (3, True, 1)
+    assert out.counts[("skipping", 2, "handler_error")] == 1  # the skipped message; the new failure waits, parked
+
+
+def test_an_operator_action_for_another_stream_does_not_stop_this_streams_walk():
+    """A pass may hold an operator's action for one stream and batches after it: the other streams go on."""
+    state = StreamState(last_seq=0)
+    out = walk(state, [message(1, 3, "AccountOpened", '{"owner":"ada"}'), message(2, 3)],
+               [PassEntry(2, "retry-2", "retry", 0, "b"), PassEntry(3, "b3", "batch", SECOND)])
+    assert state.last_seq == 2 and out.counts[("accounts", 3, "applied")] == 2
