@@ -57,21 +57,30 @@ def test_the_watermark_names_the_last_entry_that_walked_the_stream():
     assert watermark[3] == 3 and watermark[5]["pending_count"] == 1
 
 
+# A view whose withdrawals always fail (a bug: the stream parks), and a stream of it parked at seq 3.
+PARKING = View(name="parking", tables=(), subscribes=("account",), on_bug="park")
+PARKING.handles("Deposited")(lambda event, tables: None)
+
+
+@PARKING.handles("Withdrawn")
+def still_broken(event, tables) -> None:
+    raise RuntimeError("still broken")
+
+
+def operator_walk(action: str, attempts: int, msgs: list[Message]) -> tuple[StreamState, PassOutput, tuple]:
+    """An operator's `action` on the stream parked at seq 3 after `attempts` failures: its state after, the
+    output, and the one error logged (the failure of a later message)."""
+    state = StreamState(stream_type="account", last_seq=2, parked=True, attempts=attempts)
+    out = PassOutput()
+    walk_stream(PARKING, "a", state, msgs, [], [PassEntry(2, f"{action}-2", action, SECOND, "a")], out, {})
+    (error,) = [r for r in out.records if r[0] == "error"]
+    return state, out, error
+
+
 def test_a_failure_after_a_retried_message_applied_is_its_first_attempt():
     """`attempts` counts the failures of the message at last_seq + 1: once a retried message applies (its
     handler was fixed), a later message that fails in the same walk starts again at 1."""
-    view = View(name="fixed", tables=(), subscribes=("account",), on_bug="park")
-    view.handles("Deposited")(lambda event, tables: None)
-
-    @view.handles("Withdrawn")
-    def still_broken(event, tables) -> None:
-        raise RuntimeError("still broken")
-
-    state = StreamState(stream_type="account", last_seq=2, parked=True, attempts=3)
-    out = PassOutput()
-    walk_stream(view, "a", state, [message(3, 1), message(4, 1, "Withdrawn")], [],
-                [PassEntry(2, "retry-2", "retry", SECOND, "a")], out, {})
-    (error,) = [r for r in out.records if r[0] == "error"]
+    state, _, error = operator_walk("retry", 3, [message(3, 1), message(4, 1, "Withdrawn")])
     assert (error[6].seq, error[5]["attempt"]) == (4, 1)
     assert (state.last_seq, state.parked, state.attempts) == (3, True, 1)
 
@@ -121,21 +130,10 @@ def test_every_crash_point_of_the_walk_is_armed_by_the_sweep_and_reached(monkeyp
 
 
 def test_a_skip_drops_the_parked_message_and_a_failure_right_after_is_a_first_attempt():
-    view = View(name="skipping", tables=(), subscribes=("account",), on_bug="park")
-    view.handles("Deposited")(lambda event, tables: None)
-
-    @view.handles("Withdrawn")
-    def broken(event, tables) -> None:
-        raise RuntimeError("broken")
-
-    state = StreamState(stream_type="account", last_seq=2, parked=True, attempts=2)
-    out = PassOutput()
-    walk_stream(view, "a", state, [message(3, 1, "Withdrawn"), message(4, 1, "Withdrawn")], [],
-                [PassEntry(2, "skip-2", "skip", SECOND, "a")], out, {})
-    (error,) = [r for r in out.records if r[0] == "error"]
+    state, out, error = operator_walk("skip", 2, [message(3, 1, "Withdrawn"), message(4, 1, "Withdrawn")])
     assert (error[6].seq, error[5]["attempt"]) == (4, 1)
     assert (state.last_seq, state.parked, state.attempts) == (3, True, 1)
-    assert out.counts[("skipping", 2, "handler_error")] == 1  # the skipped message; the new failure waits, parked
+    assert out.counts[("parking", 2, "handler_error")] == 1  # the skipped message; the new failure waits, parked
 
 
 def test_an_operator_action_for_another_stream_does_not_stop_this_streams_walk():
