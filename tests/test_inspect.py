@@ -316,3 +316,78 @@ def test_an_unreadable_parquet_files_reason_is_bounded(tmp_path):
         inspect(path)
     reason = str(rejected.value)
     assert reason.startswith("Parquet file cannot be read: ") and len(reason) == 500
+
+
+# The fast path (pipelines/inspect.py, issue 13) decodes a plainly well-formed JSON line straight into its
+# fields; any other line takes the per-line path (`_jsonl_record`), which judges it and words the reason.
+# Both give the same messages (tests/test_inspect_differential.py); this holds which lines go which way,
+# since a fast path that quietly sent every line down the slow one would still give the same store.
+PLAIN = [
+    {"stream_id": "acct-1", "stream_type": "account", "seq": 1, "type": "AccountOpened",
+     "payload": {"owner": "Ada", "limits": [1, 2.50, {"x": None, "ok": True}]},
+     "occurred_at": "2024-03-01T10:00:00Z", "event_id": "e-1"},
+    {"stream_id": "acct-1", "seq": 2, "type": "Deposited"},  # the optional fields left out
+    # a line over 2 * MAX_DEPTH bytes with MAX_DEPTH opening brackets, but nested 3 levels: decoded fast (a
+    # shorter line cannot hold more opening brackets than MAX_DEPTH: one per level and one closing each)
+    {"stream_id": "acct-2", "seq": 1, "type": "X", "payload": {"a": [[]] * (MAX_DEPTH - 3)}, "event_id": None},
+]
+TO_THE_PER_LINE_PATH = {
+    "an unmapped key": {"stream_id": "a", "seq": 1, "type": "X", "extra": 1},
+    "seq as digits": {"stream_id": "a", "seq": "1", "type": "X"},
+    "a control character in an id": {"stream_id": "a\u0007", "seq": 1, "type": "X"},
+    "an id over the limit": {"stream_id": "é" * 513, "seq": 1, "type": "X"},
+    "a seq below first_seq": {"stream_id": "a", "seq": 0, "type": "X"},
+    "nesting past the limit": {"stream_id": "a", "seq": 1, "type": "X", "payload": nested(MAX_DEPTH)},
+}
+
+
+def per_line_calls(monkeypatch, lines: list[bytes], mapping: SourceMapping = SourceMapping()):
+    """Inspect `lines` as one batch; the lines the per-line path was asked to judge, and the batch."""
+    import pipelines.inspect as inspection
+
+    judged, judge = [], inspection._jsonl_record
+    monkeypatch.setattr(inspection, "_jsonl_record", lambda raw, m: judged.append(raw) or judge(raw, m))
+    batch = inspection.inspect_json_lines(b"".join(line + b"\n" for line in lines), "b7", 7, mapping)
+    return judged, batch
+
+
+@pytest.mark.parametrize("name", ["account", "a", "n" * 256])
+def test_plainly_well_formed_lines_take_the_fast_path(monkeypatch, name):
+    lines = [json.dumps(r).encode() for r in PLAIN]
+    at_the_limit = SourceMapping(name=name, max_record_bytes=max(len(line) for line in lines))
+    judged, batch = per_line_calls(monkeypatch, lines, at_the_limit)
+    assert judged == [] and batch.batch_id == "b7" and batch.messages["line"].to_pylist() == [1, 2, 3]
+    assert batch.messages["stream_type"].to_pylist() == ["account", name, name]
+
+
+@pytest.mark.parametrize("case", sorted(TO_THE_PER_LINE_PATH))
+def test_any_other_line_takes_the_per_line_path(monkeypatch, case):
+    line = json.dumps(TO_THE_PER_LINE_PATH[case]).encode()
+    judged, _ = per_line_calls(monkeypatch, [line])
+    assert judged == [line]
+    judged, _ = per_line_calls(monkeypatch, [line], SourceMapping(max_record_bytes=len(line) - 1))
+    assert judged == [line]  # over the size limit: judged, and malformed for it
+
+
+def test_a_parquet_struct_payload_is_stored_as_canonical_json(tmp_path):
+    """A payload column of struct type: floats by their repr, null/true/false as JSON; a value JSON cannot
+    hold (not finite, a date) makes the record malformed with the reason."""
+    path = tmp_path / "structs.parquet"
+    payloads = [{"x": 1.5, "n": None, "ok": True, "no": False, "d": None},
+                {"x": float("inf"), "n": None, "ok": True, "no": False, "d": None},
+                {"x": 0.1, "n": None, "ok": False, "no": True, "d": date(2024, 3, 1)}]
+    pq.write_table(pa.table({"stream_id": ["a"] * 3, "seq": [1, 2, 3], "type": ["X"] * 3,
+                             "payload": pa.array(payloads)}), path)
+    batch = inspect(path)
+    assert batch.messages["payload"].to_pylist() == ['{"d":null,"n":null,"no":false,"ok":true,"x":1.5}']
+    assert [(line, reason) for line, _, reason in batch.malformed] == [
+        (2, "payload cannot be stored as JSON: number inf is not finite"),
+        (3, "payload cannot be stored as JSON: date is not a JSON value")]
+
+
+def test_a_landing_file_that_cannot_be_read_is_rejected_with_the_reason(tmp_path):
+    with pytest.raises(RejectedFile, match="^file cannot be read: No such file or directory$"):
+        inspect(tmp_path / "gone.jsonl")
+    (tmp_path / "folder.csv").mkdir()
+    with pytest.raises(RejectedFile, match="^file cannot be read: Is a directory$"):
+        inspect(tmp_path / "folder.csv")
