@@ -351,13 +351,36 @@ def per_line_calls(monkeypatch, lines: list[bytes], mapping: SourceMapping = Sou
     return judged, batch
 
 
-@pytest.mark.parametrize("name", ["account", "a", "n" * 256])
-def test_plainly_well_formed_lines_take_the_fast_path(monkeypatch, name):
-    lines = [json.dumps(r).encode() for r in PLAIN]
-    at_the_limit = SourceMapping(name=name, max_record_bytes=max(len(line) for line in lines))
-    judged, batch = per_line_calls(monkeypatch, lines, at_the_limit)
+RENAMED = {"stream_id": "id", "stream_type": "kind_of", "seq": "n", "event_type": "what", "payload": "body",
+           "occurred_at": "at", "event_id": "eid"}
+
+
+@pytest.mark.parametrize("name, renamed", [("account", False), ("a", False), ("n" * 256, False), ("account", True)])
+def test_plainly_well_formed_lines_take_the_fast_path(monkeypatch, name, renamed):
+    """Under the default field names or renamed ones (a source whose records say `id`, `n`, `what`…)."""
+    rename = RENAMED if renamed else {field: getattr(SourceMapping(), field) for field in RENAMED}
+    records = [{rename[k if k != "type" else "event_type"]: v for k, v in r.items()} for r in PLAIN]
+    lines = [json.dumps(r).encode() for r in records]
+    mapping = SourceMapping.from_dict({**rename, "name": name, "max_record_bytes": max(len(line) for line in lines)})
+    judged, batch = per_line_calls(monkeypatch, lines, mapping)
     assert judged == [] and batch.batch_id == "b7" and batch.messages["line"].to_pylist() == [1, 2, 3]
     assert batch.messages["stream_type"].to_pylist() == ["account", name, name]
+    assert batch.messages["payload"][0].as_py() == canonical_payload(PLAIN[0]["payload"])
+
+
+def canonical_payload(payload) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def test_a_dotted_field_name_is_a_path_never_a_key(monkeypatch):
+    """`stream_id = "meta.id"` reads the record's meta object's id: a top-level key named "meta.id" is
+    not it (such a mapping has no fast path: every line is judged on the per-line path)."""
+    mapping = SourceMapping(stream_id="meta.id")
+    lines = [json.dumps({"meta.id": "a", "seq": 1, "type": "X"}).encode(),
+             json.dumps({"meta": {"id": "b"}, "seq": 1, "type": "X"}).encode()]
+    judged, batch = per_line_calls(monkeypatch, lines, mapping)
+    assert judged == lines and batch.messages["stream_id"].to_pylist() == ["b"]
+    assert [(line, reason) for line, _, reason in batch.malformed] == [(1, "stream_id is missing")]
 
 
 @pytest.mark.parametrize("case", sorted(TO_THE_PER_LINE_PATH))
@@ -391,3 +414,13 @@ def test_a_landing_file_that_cannot_be_read_is_rejected_with_the_reason(tmp_path
     (tmp_path / "folder.csv").mkdir()
     with pytest.raises(RejectedFile, match="^file cannot be read: Is a directory$"):
         inspect(tmp_path / "folder.csv")
+
+
+def test_a_source_mapping_loads_from_its_file_or_is_the_default(tmp_path):
+    path = tmp_path / "source.json"
+    assert SourceMapping.load(path) == SourceMapping()
+    path.write_text(json.dumps({"name": "order", "stream_id": ["tenant", "id"], "first_seq": 0}))
+    assert SourceMapping.load(path) == SourceMapping(name="order", stream_id=("tenant", "id"), first_seq=0)
+    path.write_text(json.dumps({"stream": "id"}))
+    with pytest.raises(ValueError, match=r"unknown source mapping keys: \['stream'\]"):
+        SourceMapping.load(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipelines import faults
 from pipelines.message import Message
-from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.order import HandlerBug, HandlerBugFailure, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.testing import ReplayEntry, replay_entries
 from pipelines.view import View
 from views import accounts
@@ -142,3 +142,12 @@ def test_an_operator_action_for_another_stream_does_not_stop_this_streams_walk()
     out = walk(state, [message(1, 3, "AccountOpened", '{"owner":"ada"}'), message(2, 3)],
                [PassEntry(2, "retry-2", "retry", 0, "b"), PassEntry(3, "b3", "batch", SECOND)])
     assert state.last_seq == 2 and out.counts[("accounts", 3, "applied")] == 2
+
+
+def test_a_failed_pass_names_its_first_handler_bug_and_counts_the_others():
+    first = HandlerBug("accounts", "a", 3, 2, "ZeroDivisionError: a bug")
+    assert str(HandlerBugFailure([first])) == (
+        "view accounts (on_bug='fail'): handler bug on stream 'a' seq 3: ZeroDivisionError: a bug; nothing was committed")
+    others = [HandlerBug("accounts", s, 1, 2, "KeyError: 'x'") for s in ("b", "c")]
+    failure = HandlerBugFailure([first, *others])
+    assert str(failure).endswith("; nothing was committed (2 more streams failed)") and failure.bugs == [first, *others]
