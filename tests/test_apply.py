@@ -208,3 +208,22 @@ def test_an_aggregate_with_a_composite_key_sums_per_key():
                             "payload": {"kind": kind}} for seq, kind in ((1, "a"), (2, "b"), (3, "a"))])
     assert result.errors == []
     assert [(r["kind"], r["n"]) for r in result.tables["by_day_and_kind"]] == [("a", 2), ("b", 1)]
+
+
+def test_only_an_aggregates_sums_must_fit_their_column():
+    """An integer increment is held as it is and its sum is checked: one beyond BIGINT is fine as long as
+    the total it makes fits (and a total that does not fit is a refusal, whatever the increments)."""
+    view = View(name="sums", tables=(TOTALS,), subscribes=("thing",))
+
+    @view.handles("Made")
+    def made(event, tables) -> None:
+        tables.totals.add({"day": "d"}, n=event.payload["n"])
+
+    def run_with(*increments: int):
+        return replay(view, [{"stream_id": "t1", "stream_type": "thing", "seq": seq, "type": "Made",
+                              "payload": {"n": n}} for seq, n in enumerate(increments, 1)])
+
+    result = run_with(-10, 2 ** 63)
+    assert result.errors == [] and result.tables["totals"] == [{"day": "d", "n": 2 ** 63 - 10}]
+    (error,) = run_with(10, 2 ** 63 - 1).errors
+    assert error["seq"] == 2 and error["error_class"] == "reject" and "BIGINT" in error["message"]
