@@ -8,6 +8,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import duckdb
 
+from pipelines.layout import Layout
 from pipelines.publish import Position
 from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
 from pipelines.versions import ViewVersion, read_versions
@@ -30,6 +31,7 @@ class ViewStatus:
     last_batch: str | None = None
     rows: int = 0
     version: ViewVersion | None = None  # the view's code against what built its rows
+    rebuild_shadow: str | None = None  # the schema of a rebuild of the view under way, or interrupted
 
     @property
     def conserved(self) -> bool:
@@ -58,8 +60,10 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
     status.rejected = con.execute(
         "SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' ORDER BY entry_idx").fetchall()
     versions = read_versions(con, views)
+    schemas = {name for (name,) in con.execute("SELECT schema_name FROM duckdb_schemas()").fetchall()}
     for view in views:
-        s = ViewStatus(view.name, version=versions[view.name])
+        shadow = Layout.shadow(view.name).state
+        s = ViewStatus(view.name, version=versions[view.name], rebuild_shadow=shadow if shadow in schemas else None)
         totals = con.execute(
             f"SELECT coalesce(sum(selected), 0), {', '.join(f'coalesce(sum({c}), 0)' for c in OUTCOME_COLUMNS)}, "
             "coalesce(sum(gaps_skipped), 0), arg_max(pending, entry_idx), arg_max(batch_id, entry_idx) "
@@ -237,7 +241,13 @@ def format_status(status: StoreStatus) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in s.errors_by_kind.items()) or "none"
         lines.append(f"{s.view}: errors by kind: {kinds}; last batch {s.last_batch or '-'}")
     lines += [version_line(s.version) for s in status.views]
+    lines += [shadow_line(s) for s in status.views if s.rebuild_shadow]
     return "\n".join(lines)
+
+
+def shadow_line(s: ViewStatus) -> str:
+    return (f"{s.view}: a rebuild's shadow (schema {s.rebuild_shadow}) is in the store: a rebuild is under way, or "
+            f"one was interrupted (`inorder rebuild {s.view}` starts it afresh; the live view is whole either way)")
 
 
 def status_document(status: StoreStatus, positions: list[Position] | str | None) -> dict:
@@ -259,6 +269,7 @@ def status_document(status: StoreStatus, positions: list[Position] | str | None)
             "code": {"fingerprint": s.version.code, "stored_fingerprint": s.version.stored,
                      "matches": s.version.matches, "change": s.version.change, "what": s.version.what,
                      "older_code_since_batch": s.version.since_batch, "state": s.version.describe()},
+            "rebuild_shadow": s.rebuild_shadow,
         } for s in status.views],
         "postgres": None if positions is None else {
             "error": positions if isinstance(positions, str) else None,

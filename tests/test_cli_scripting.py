@@ -129,9 +129,10 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
     for v in document["views"]:
         assert set(v) == {"view", "streams", "selected", "outcomes", "pending", "blocked_streams",
                           "oldest_wait_seconds", "parked_streams", "gaps_skipped", "rows", "conserved",
-                          "errors_by_kind", "last_batch", "code"}
+                          "errors_by_kind", "last_batch", "code", "rebuild_shadow"}
         (fingerprint,), = store_rows(home, "SELECT fingerprint FROM inorder.view_versions WHERE view = ?", [v["view"]])
         assert v["code"]["matches"] and v["code"]["stored_fingerprint"] == fingerprint == v["code"]["fingerprint"]
+        assert v["rebuild_shadow"] is None  # no rebuild under way or interrupted
         assert f"{v['view']}: code {fingerprint}, store {fingerprint}: matches the store" in text
         (selected, *outcomes), = store_rows(
             home, f"SELECT sum(selected), {', '.join(f'sum({c})' for c in OUTCOME_COLUMNS)} FROM inorder.batches "

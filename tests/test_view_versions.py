@@ -15,8 +15,11 @@ import duckdb
 import pytest
 
 import pipelines.project
+from pipelines.layout import Layout
+from pipelines.rebuild import prepare_shadow
 from pipelines.registry import load_views
 from pipelines.run import project_views, rebuild, run
+from pipelines.status import format_status, read_status
 from pipelines.store import Home, Store
 from pipelines.versions import compare, fingerprint, read_versions, table_declarations
 from pipelines.view import Alerts, Thresholds, add_column, between
@@ -182,6 +185,9 @@ def test_a_changed_table_is_refused_while_the_others_go_on_and_a_rebuild_equals_
     assert "`inorder rebuild orders`" in stats.refused["orders"]
     assert projected_by(home, batches[2].stem) == {v.name for v in OTHERS}  # the others went on
     assert read_store(home, [ORIGINAL])["orders"] == old_orders  # untouched, still the old shape
+    with Store.open(home, changed) as store:  # a rebuild that got as far as its shadow, then died
+        prepare_shadow(store, changed[-1], Layout.shadow("orders"))
+    assert "orders: a rebuild's shadow (schema inorder_rebuild_orders) is in the store" in status_of(home, changed)
 
     rebuilt = rebuild(spark, home, changed, changed[-1])
     assert rebuilt.rebuilt == ["orders"] and rebuilt.entries == 3
@@ -191,6 +197,12 @@ def test_a_changed_table_is_refused_while_the_others_go_on_and_a_rebuild_equals_
     with Store.open_read_only(home) as store:  # no shadow is left behind
         assert store.con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name LIKE 'inorder_rebuild%'"
                                  ).fetchone()[0] == 0
+    assert "shadow" not in status_of(home, changed)
+
+
+def status_of(home: Home, views) -> str:
+    with Store.open_read_only(home) as store:
+        return format_status(read_status(store.con, views))
 
 
 def test_a_declared_migration_adds_the_column_in_place(spark, tmp_path, batches):
