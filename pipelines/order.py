@@ -69,6 +69,14 @@ class StreamState:
     keyed_rows: dict[str, list[dict]] = field(default_factory=dict)
     newest_rows: dict[str, dict | None] = field(default_factory=dict)
 
+    @classmethod
+    def loaded(cls, watermark: dict, skipped: list[tuple[int, int]], first_seq: int) -> "StreamState":
+        """The state a pass starts a stream from: its watermark as the walk emitted it (empty for a stream
+        the view never saw) and its logged gap ranges in seq order, a list of its own (the walk appends)."""
+        return cls(stream_type=watermark.get("stream_type"), last_seq=watermark.get("last_seq", first_seq - 1),
+                   blocked_at=watermark.get("blocked_at"), blocked_since_us=watermark.get("blocked_since_us"),
+                   parked=bool(watermark.get("parked")), attempts=watermark.get("attempts") or 0, skipped=skipped)
+
 
 class PassOutput:
     """Everything a pass produces, accumulated per executor partition."""

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.ingest import archive_path
 from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.message import Message
-from pipelines.order import PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.order import HandlerBug, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, is_local, mark_used, ship_code, shuffle_partitions
 from pipelines.layout import LIVE, Layout
@@ -231,10 +231,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
 
 def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
     data = json.loads(text)
-    state = StreamState(stream_type=data.get("stream_type"), last_seq=data.get("last_seq", first_seq - 1),
-                        blocked_at=data.get("blocked_at"), blocked_since_us=data.get("blocked_since_us"),
-                        parked=bool(data.get("parked")), attempts=data.get("attempts") or 0,
-                        skipped=[tuple(r) for r in data["skipped"]])
+    state = StreamState.loaded(data, [tuple(r) for r in data["skipped"]], first_seq)
     for table in view.tables:
         restorers = table.text_restorers
 
@@ -402,7 +399,7 @@ class PassResult:
             return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
         return pq.read_table(self.folder, columns=columns, filters=[("kind", "in", kinds)])
 
-    def fatal(self, summary: pa.Table) -> list[dict]:
+    def fatal(self, summary: pa.Table) -> list[HandlerBug]:
         """Handler bugs of views with on_bug="fail" (the pass must not be committed); the pass's data is
         read only when its `summary` counts some."""
         metrics = summary.filter(pc.and_(pc.equal(summary["kind"], "metric"), pc.equal(summary["name"], FATAL_METRIC)))
@@ -413,7 +410,8 @@ class PassResult:
             table = self.table.filter(pc.equal(self.table["kind"], "fatal")).select(columns)
         else:
             table = pq.read_table(self.folder, columns=columns, filters=[("kind", "=", "fatal")])
-        return [{**row, "data": json.loads(row["data"])} for row in table.to_pylist()]
+        return [HandlerBug(row["view"], row["stream_id"], row["seq"], row["entry_idx"], json.loads(row["data"])["reason"])
+                for row in table.to_pylist()]
 
 
 def pass_folder(home: Home, layout: Layout = LIVE) -> Path:

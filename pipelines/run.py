@@ -23,7 +23,7 @@ from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, vi
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark import stage_progress
 from pipelines.layout import LIVE, Layout
-from pipelines.order import HandlerBug, HandlerBugFailure, NotParked
+from pipelines.order import HandlerBugFailure, NotParked
 from pipelines.rebuild import prepare_shadow, swap
 from pipelines.store import Home, Store, take_lock, us_from_utc
 from pipelines.versions import read_versions
@@ -233,8 +233,7 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
 
 
 def refuse_failed_pass(out: PassResult, summary: pa.Table) -> None:
-    bugs = [HandlerBug(f["view"], f["stream_id"], f["seq"], f["entry_idx"], f["data"]["reason"])
-            for f in out.fatal(summary)]
+    bugs = out.fatal(summary)
     if bugs:
         raise HandlerBugFailure(bugs)
 

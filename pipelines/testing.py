@@ -263,15 +263,6 @@ def _due(view: View, watermark: dict, t_us: int) -> bool:
                                         or since + view.gap_timeout_us <= t_us)
 
 
-def _loaded(watermark: dict | None, skipped: list[tuple[int, int]], first_seq: int) -> StreamState:
-    """A stream's state as a run loads it from the store: its watermark and its logged gap ranges."""
-    if watermark is None:
-        return StreamState(last_seq=first_seq - 1)
-    return StreamState(stream_type=watermark["stream_type"], last_seq=watermark["last_seq"],
-                       blocked_at=watermark["blocked_at"], blocked_since_us=watermark["blocked_since_us"],
-                       parked=bool(watermark["parked"]), attempts=watermark["attempts"] or 0, skipped=sorted(skipped))
-
-
 def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedStore, first_seq: int) -> None:
     """One run's pass over some entries for one view, and its commit (the state it keeps): the streams
     it walks are those the entries bring messages for or act on, and the buffered ones due by the last
@@ -292,7 +283,7 @@ def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedSt
     for sid in sorted(walked):
         before = vs.watermarks.get(sid)
         prev[sid] = None if before is None else before["last_seq"]
-        state = _loaded(before, vs.skipped.get(sid, []), first_seq)
+        state = StreamState.loaded(before or {}, sorted(vs.skipped.get(sid, [])), first_seq)
         state.keyed_rows = {name: [dict(r) for r in rows.get(sid, [])] for name, rows in vs.keyed.items()}
         state.newest_rows = {name: next((r for r in reversed(rows) if r[_stream_key(view, name)] == sid), None)
                              for name, rows in vs.appended.items()}
