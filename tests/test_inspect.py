@@ -214,12 +214,15 @@ def inspect(path: Path, mapping: SourceMapping = SourceMapping()) -> InspectedBa
     return inspect_file(path, path.stem, 1, mapping)
 
 
-def write_csv(path: Path, rows: list[dict]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as out:
-        writer = csv.writer(out)
-        writer.writerow(list(rows[0]))
-        writer.writerows([list(r.values()) for r in rows])
-    return path
+def landing_file(tmp_path: Path, name: str, fmt: str, rows: list[dict]) -> Path:
+    """`rows` as a JSON Lines file, or as a CSV or Parquet file (`_csv_and_parquet`) with the payload as
+    its JSON text."""
+    if fmt == "jsonl":
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+    csv_path, parquet_path = _csv_and_parquet(tmp_path, name, [{**r, "payload": json.dumps(r["payload"])} for r in rows])
+    return csv_path if fmt == "csv" else parquet_path
 
 
 def record(payload, seq: int = 1, **more) -> dict:
@@ -231,15 +234,7 @@ def test_a_record_may_nest_max_depth_levels_and_no_more(tmp_path, fmt):
     """The record is level 1, so its payload may nest MAX_DEPTH - 1 levels, whether it is JSON inside a
     JSON line or JSON text in a CSV or Parquet column."""
     rows = [record(nested(MAX_DEPTH - 1), 1), record(nested(MAX_DEPTH), 2)]
-    path = tmp_path / f"deep.{fmt}"
-    if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "csv":
-        write_csv(path, [{**r, "payload": json.dumps(r["payload"])} for r in rows])
-    else:
-        pq.write_table(pa.table({"stream_id": ["a", "a"], "seq": [1, 2], "type": ["X", "X"],
-                                 "payload": [json.dumps(r["payload"]) for r in rows]}), path)
-    batch = inspect(path)
+    batch = inspect(landing_file(tmp_path, "deep", fmt, rows))
     assert batch.messages["seq"].to_pylist() == [1]
     assert json.loads(batch.messages["payload"][0].as_py()) == nested(MAX_DEPTH - 1)
     assert [(line, reason) for line, _, reason in batch.malformed] == [(2, TOO_DEEP)]
@@ -269,14 +264,8 @@ def test_a_quoted_csv_field_keeps_its_own_line_ends(tmp_path):
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_null_and_booleans_inside_a_payload_are_kept_as_json(tmp_path, fmt):
     payload = {"gone": None, "yes": True, "no": False, "list": [None, 1, "x"]}
-    path = tmp_path / f"nulls.{fmt}"
-    if fmt == "jsonl":  # an extra key sends the line down the per-line path, as in the other formats
-        path.write_text(json.dumps(record(payload, extra="kept out")) + "\n")
-    elif fmt == "csv":
-        write_csv(path, [record(json.dumps(payload))])
-    else:
-        pq.write_table(pa.table({k: [v] for k, v in record(json.dumps(payload)).items()}), path)
-    batch = inspect(path)
+    # an extra key sends a JSON line down the per-line path, as the other formats always go
+    batch = inspect(landing_file(tmp_path, "nulls", fmt, [record(payload, extra="kept out")]))
     assert batch.messages["payload"].to_pylist() == ['{"gone":null,"list":[null,1,"x"],"no":false,"yes":true}']
 
 
