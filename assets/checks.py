@@ -10,9 +10,10 @@ import dagster as dg
 
 from pipelines.expectations import validate_view
 from pipelines.health import (judge_rate, newest_entry, overdue_streams, parked_streams, recent_windows,
-                              rejected_after)
+                              rejected_after, unrouted_after)
 from pipelines.publish import read_positions
 from pipelines.registry import load_views
+from pipelines.select import describe_unrouted, subscribed_types
 from pipelines.status import read_status
 from pipelines.store import Store
 from pipelines.view import View
@@ -191,16 +192,20 @@ def _verdict(verdict, metadata: dict) -> dg.AssetCheckResult:
 NO_NEW_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_new_rejected_files")
 
 
+def _checked_up_to(context: dg.AssetCheckExecutionContext, key: dg.AssetCheckKey) -> int:
+    """The newest entry an earlier evaluation of the check looked at (this run's own is only planned yet)."""
+    for record in context.instance.event_log_storage.get_asset_check_execution_history(key, limit=20):
+        checked = getattr(record.evaluation, "metadata", {}).get("checked_up_to_entry")
+        if record.run_id != context.run.run_id and checked is not None:
+            return int(checked.value)
+    return 0
+
+
 @dg.asset_check(asset="event_batches", name=NO_NEW_REJECTED.name,
                 description="No landing file was rejected (unreadable, clashing or changed) since this check last ran")
 def no_new_rejected_files(context: dg.AssetCheckExecutionContext, read_store: ReadStoreResource,
                           folders: FoldersResource) -> dg.AssetCheckResult:
-    after = 0  # the newest entry an earlier evaluation looked at (this run's own is only planned yet)
-    for record in context.instance.event_log_storage.get_asset_check_execution_history(NO_NEW_REJECTED, limit=20):
-        checked = getattr(record.evaluation, "metadata", {}).get("checked_up_to_entry")
-        if record.run_id != context.run.run_id and checked is not None:
-            after = int(checked.value)
-            break
+    after = _checked_up_to(context, NO_NEW_REJECTED)
     with Store.open_read_only(inorder_home(read_store, folders)) as store:
         rejected, newest = rejected_after(store.con, after), newest_entry(store.con)
     return dg.AssetCheckResult(passed=not rejected, metadata={
@@ -212,4 +217,29 @@ def no_new_rejected_files(context: dg.AssetCheckExecutionContext, read_store: Re
         f"{len(rejected)} landing files rejected since entry {after}: {rejected[0].batch_id}: {rejected[0].reason}")
 
 
-ALL_CHECKS = [_checks_for(view) for view in ALL_VIEWS] + [no_new_rejected_files]
+NO_UNROUTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_unrouted_records")
+
+
+@dg.asset_check(asset="event_batches", name=NO_UNROUTED.name,
+                description="Every record of the batches archived since this check last ran is of a stream type "
+                            "some view subscribes to (warns otherwise: a source.json that maps them wrong, most likely)")
+def no_unrouted_records(context: dg.AssetCheckExecutionContext, read_store: ReadStoreResource,
+                        folders: FoldersResource) -> dg.AssetCheckResult:
+    after = _checked_up_to(context, NO_UNROUTED)
+    with Store.open_read_only(inorder_home(read_store, folders)) as store:
+        found, newest = unrouted_after(store.con, after, ALL_VIEWS), newest_entry(store.con)
+    totals: dict[str, int] = {}
+    for batch in found:
+        for stream_type, n in batch.unrouted.items():
+            totals[stream_type] = totals.get(stream_type, 0) + n
+    return dg.AssetCheckResult(passed=not found, severity=dg.AssetCheckSeverity.WARN, metadata={
+        "checked_up_to_entry": dg.MetadataValue.int(newest),
+        "unrouted_records": dg.MetadataValue.int(sum(totals.values())),
+        "unrouted_by_stream_type": dg.MetadataValue.json(totals),
+        "batches": dg.MetadataValue.md("\n".join(f"- `{b.batch_id}` (entry {b.entry_idx}): {b.unrouted}"
+                                                  for b in found) or "none"),
+    }, description=None if not found else
+        f"{len(found)} batches since entry {after}: {describe_unrouted(totals, subscribed_types(ALL_VIEWS))}")
+
+
+ALL_CHECKS = [_checks_for(view) for view in ALL_VIEWS] + [no_new_rejected_files, no_unrouted_records]

@@ -14,6 +14,7 @@ from pipelines.faults import crash_point
 from pipelines.ingest import IngestResult, archive_path
 from pipelines.registry import load_views
 from pipelines.run import ingest_batch
+from pipelines.select import unrouted
 from pipelines.store import Home
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
@@ -33,6 +34,11 @@ def batch_metadata(home: Home, result: IngestResult) -> dict:
     if result.status == "rejected":
         metadata["rejected_reason"] = dg.MetadataValue.text(result.reason or "")
         return metadata
+    routed_nowhere = unrouted(result.stream_types, ALL_VIEWS)
+    metadata["normalised"] = dg.MetadataValue.int(result.records - result.malformed)
+    metadata["stream_types"] = dg.MetadataValue.json(result.stream_types)
+    metadata["unrouted"] = dg.MetadataValue.int(sum(routed_nowhere.values()))
+    metadata["unrouted_by_stream_type"] = dg.MetadataValue.json(routed_nowhere)
     messages = pq.read_table(archive_path(home, result.entry_idx), columns=["stream_id", "seq"])
     metadata["streams"] = dg.MetadataValue.int(len(pc.unique(messages["stream_id"])))
     if messages.num_rows:

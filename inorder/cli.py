@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from inorder.terminal import say
 from pipelines.store import OUTCOME_COLUMNS, Home
+from pipelines.versions import ViewSetMismatch
 
 if TYPE_CHECKING:  # importing it loads Dagster, which only `run` needs
     from inorder.dagster_runs import CliRun
@@ -56,13 +57,29 @@ def _spark():
     return spark_session
 
 
+DEMO_HOMES = (".inorder/demo", ".inorder/demo-shop")  # where scripts/demo.sh makes its homes
+DEMO_MARKER = ".made-by-inorder-demo"  # the file scripts/home_kind.sh looks for
+
+
+def _demo_home_hint() -> str:
+    """When INORDER_HOME is unset and a demo home exists here, the line to reach it (the likely meaning)."""
+    import os
+
+    if os.environ.get("INORDER_HOME"):
+        return ""
+    demos = [Path(d).resolve() for d in DEMO_HOMES if (Path(d) / DEMO_MARKER).is_file()]
+    if not demos:
+        return ""
+    return f"; the demo's home is {demos[0]}: `export INORDER_HOME={demos[0]}`"
+
+
 def _home() -> Home:
     """The home of a command that reads or writes one: a mistyped INORDER_HOME is refused in one line
     instead of becoming a new, empty store."""
     home = Home.from_env()
     if not home.exists:
-        raise NotAHome(f"no inorder home at {home.root} (neither {home.landing} nor {home.database} exists): "
-                       f"check INORDER_HOME, or create one with `inorder init {home.root}`")
+        raise NotAHome(f"no inorder home at {home.root} (neither {home.landing} nor {home.database} exists)"
+                       + (_demo_home_hint() or f": check INORDER_HOME, or create one with `inorder init {home.root}`"))
     return home
 
 
@@ -118,22 +135,43 @@ def _views():
     return load_views()
 
 
+def _store_views():
+    """The home, and the views of INORDER_VIEWS: views that cannot run together are refused first, then
+    views the home's store does not hold (ViewSetMismatch, exit 5), each in one line, before anything is
+    written."""
+    from pipelines.store import Store
+
+    views = _views()
+    home = _home()
+    if home.database.exists():
+        Store.open_read_only(home, views).close()
+    return home, views
+
+
 RUN_VIEW_COUNTS = ("selected", *OUTCOME_COLUMNS, "gaps_skipped", "streams_touched")
 REFUSED_EXIT = 4  # `inorder run` projected the other views, but refused some whose tables changed
+WRONG_VIEWS_EXIT = 5  # INORDER_VIEWS names none of the store's views, or would add views to it
 
 
 def _run_document(report: CliRun) -> dict:
     """`inorder run --json` (README lists the keys); the text summary is made from it too."""
     batches = [{"batch_id": m["batch_id"], "entry_idx": m.get("entry_idx"), "status": m.get("status"),
                 "records": m.get("records", 0), "malformed": m.get("malformed", 0),
-                "rejected_reason": m.get("rejected_reason")} for m in report.ingested]
+                "rejected_reason": m.get("rejected_reason"), "unrouted": m.get("unrouted_by_stream_type") or {}}
+               for m in report.ingested]
+    unrouted: dict[str, int] = {}
+    for batch in batches:
+        for stream_type, n in batch["unrouted"].items():
+            unrouted[stream_type] = unrouted.get(stream_type, 0) + n
     views = {name: {count: m.get(f"run/{count}", 0) for count in RUN_VIEW_COUNTS}  # the views' run/… metadata
              for name, m in report.projection.items()}
     return {
         "ran": ("batches" if report.ingested else "tick" if report.ticked else "resumed" if report.resumed
-                else "nothing"),
+                else "caught_up" if report.catching_up else "nothing"),
+        "caught_up": list(report.catching_up),
         "batches": batches,
         "records": sum(b["records"] for b in batches if b["status"] == "archived"),
+        "unrouted": dict(sorted(unrouted.items())),
         "applied": sum(v["applied"] for v in views.values()),
         "views": views,
         "seconds": round(report.seconds, 3),
@@ -143,24 +181,48 @@ def _run_document(report: CliRun) -> dict:
     }
 
 
+def _add_views(home: Home, names: list[str]) -> None:
+    """`inorder run --add-views`: record views the store does not hold yet (and make their tables), the
+    explicit act that lets INORDER_VIEWS bring them to a store holding others."""
+    from pipelines.registry import view_named
+    from pipelines.store import Store
+
+    views = _views()
+    for name in names:
+        view_named(views, name)
+    Store.open(home, views, adding=names).close()
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import run_through_dagster
 
+    from pipelines.select import describe_unrouted, subscribed_types
+
     _views()
-    run = _run_document(run_through_dagster(_home(), args.now))
+    home = _home()
+    if args.add_views:
+        _add_views(home, args.add_views)
+    _, views = _store_views()
+    subscribed = subscribed_types(views)
+    run = _run_document(run_through_dagster(home, args.now))
+    for line in _batch_warnings(run["batches"], subscribed):
+        print(f"inorder: warning: {line}", file=sys.stderr)
     if args.json:
         _print_json(run)
     else:
         archived = [b for b in run["batches"] if b["status"] == "archived"]
         rejected = [b for b in run["batches"] if b["status"] == "rejected"]
         what = {"batches": f"{len(archived)} batches, {run['records']} records", "tick": "a tick",
-                "resumed": "what an interrupted run had archived",
+                "resumed": "batches archived earlier but not yet projected (an interrupted run's, or an ingest-only one's)",
+                "caught_up": f"the archive for the added views {', '.join(run['caught_up'])}",
                 "nothing": "nothing new (logical time has not moved since the last entry)"}[run["ran"]]
         rate = f", {run['records'] / run['seconds']:,.0f} records/s" if run["records"] else ""
         print(f"ran {what} in {run['seconds']:.1f}s{rate}; {run['applied']} messages applied across views; "
               f"{len(run['dagster_run_ids'])} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
         for b in rejected:
             print(f"rejected batch (entry {b['entry_idx']}): {b['rejected_reason']}")
+        if run["unrouted"]:
+            print(f"unrouted: {describe_unrouted(run['unrouted'], subscribed)}")
     for line in run["refused"].values():  # the other views went on; this one waits for `inorder rebuild`
         print(f"inorder: {line}", file=sys.stderr)
     if run["refused"]:
@@ -170,11 +232,31 @@ def cmd_run(args: argparse.Namespace) -> None:
                            "run or `inorder publish` catches up)")
 
 
-def _store():
-    """A read-only connection to the home's store (it waits while a run holds the file, like every reader)."""
+def _batch_warnings(batches: list[dict], subscribed: list[str]) -> list[str]:
+    """A batch none of whose records reached a view: every one malformed, or of a stream type no view
+    subscribes to (a source.json that maps them wrong, most likely)."""
+    lines = []
+    for b in batches:
+        if b["status"] != "archived" or not b["records"]:
+            continue
+        unrouted = sum(b["unrouted"].values())
+        if b["malformed"] + unrouted < b["records"]:
+            continue
+        why = [f"{b['malformed']} malformed (`inorder errors --batch {b['batch_id']}` says why)"] if b["malformed"] else []
+        if unrouted:
+            why.append(f"{unrouted} of stream types {', '.join(b['unrouted'])}, which no view subscribes to (they "
+                       f"subscribe to {', '.join(subscribed)})")
+        lines.append(f"batch {b['batch_id']}: none of its {b['records']} records reached a view: {'; '.join(why)}. "
+                     f"If source.json maps them wrong, fix it, then `inorder reingest {b['batch_id']}`")
+    return lines
+
+
+def _store(views=None):
+    """A read-only connection to the home's store (it waits while a run holds the file, like every reader),
+    refusing loaded views the store does not hold (exit 5)."""
     from pipelines.store import Store
 
-    return Store.open_read_only(_home())
+    return Store.open_read_only(_home(), _views() if views is None else views)
 
 
 def cmd_status(args: argparse.Namespace) -> None:
@@ -182,7 +264,7 @@ def cmd_status(args: argparse.Namespace) -> None:
     from pipelines.status import format_status, read_status, status_document
 
     views = _views()
-    with _store() as store:
+    with _store(views) as store:
         status = read_status(store.con, views)
         positions = read_positions(store.con, views)
     if args.json:
@@ -229,7 +311,7 @@ def cmd_pending(args: argparse.Namespace) -> None:
 
     views = _views()
     _known_view(args.view)
-    with _store() as store:
+    with _store(views) as store:
         blocked = blocked_streams(store.con, views, args.view, args.limit)
     _print_listing(args, blocked.total, blocked.oldest, BLOCKED_HEADER, "streams", "blocked streams",
                    "oldest blocked first; times are logical (the batches' received_at)")
@@ -237,8 +319,9 @@ def cmd_pending(args: argparse.Namespace) -> None:
 
 def cmd_query(args: argparse.Namespace) -> None:
     import csv
+    from pipelines.store import Store
 
-    with _store() as store:
+    with Store.open_read_only(_home()) as store:  # any SQL, whatever INORDER_VIEWS loads
         cursor = store.con.execute(args.sql)
         names = [d[0] for d in cursor.description or ()]
         rows = cursor.fetchall()
@@ -257,9 +340,9 @@ def cmd_operator(args: argparse.Namespace) -> None:
     from pipelines.registry import view_named
     from pipelines.run import operator_action
 
-    views = _views()
+    home, views = _store_views()
     view = view_named(views, args.view)
-    streams = operator_action(_spark(), _home(), views, view, None if args.all else [args.stream],
+    streams = operator_action(_spark(), home, views, view, None if args.all else [args.stream],
                               args.command, progress=say)
     if not streams:
         print(f"view {args.view} has no parked streams: nothing to {args.command}")
@@ -272,8 +355,9 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import rebuild_through_dagster
 
     started = time.perf_counter()
+    home, _ = _store_views()
     _known_view(args.view)
-    done = rebuild_through_dagster(_home(), args.view)
+    done = rebuild_through_dagster(home, args.view)
     failed = sorted(name for name, passed in done.checks.items() if not passed)
     print(f"rebuilt {args.view}: {done.metadata.get('rebuild/entries_replayed', 0)} entries replayed in "
           f"{done.metadata.get('rebuild/passes', 0)} passes and swapped in, {time.perf_counter() - started:.1f}s; "
@@ -286,9 +370,36 @@ def cmd_publish(args: argparse.Namespace) -> None:
     from pipelines.registry import view_named
     from pipelines.run import publish
 
-    views = _views()
-    done = publish(_home(), views, view_named(views, args.full) if args.full else None)
+    home, views = _store_views()
+    done = publish(home, views, view_named(views, args.full) if args.full else None)
     print(f"published {describe(done)}" if done else "every view is published up to DuckDB's newest commit")
+
+
+def cmd_reingest(args: argparse.Namespace) -> None:
+    from pipelines.run import reingest_batches
+
+    home, views = _store_views()
+    results, stats = reingest_batches(_spark(), home, views, args.batches, args.now, progress=say)
+    for r in results:
+        print(f"re-ingested {r.batch_id} (entry {r.entry_idx}, superseding entry {r.reingest_of}): {r.records} records, "
+              f"{r.malformed} malformed, by stream type {r.stream_types}")
+    applied = sum(counts.get("applied", 0) for counts in stats.by_view.values())
+    print(f"{len(results)} of {len(args.batches)} batches re-ingested; {applied} messages applied across views")
+
+
+def cmd_remove_view(args: argparse.Namespace) -> None:
+    from pipelines.store import Store
+    from pipelines.versions import remove_view
+
+    with Store.open(_home(), ()) as store:  # no views: none is recorded or checked on the way
+        removed = remove_view(store.con, args.view, args.yes)
+    rows = ", ".join(f"{n} {table}" for table, n in removed.state_rows.items())
+    what = f"its tables {', '.join(removed.tables)} and its engine rows ({rows})"
+    if not args.yes:
+        print(f"would remove view {args.view}: {what}; the archive stays. Run again with --yes to remove it")
+        sys.exit(1)
+    print(f"removed view {args.view}: {what}. Take it out of INORDER_VIEWS too; the archive stays, so "
+          f"`inorder run --add-views {args.view}` would build it again")
 
 
 def cmd_spark(args: argparse.Namespace) -> None:
@@ -351,6 +462,9 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
     r.add_argument("--json", **as_json)
+    r.add_argument("--add-views", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
+                   metavar="VIEW[,VIEW]", help="add these views of INORDER_VIEWS to a store that holds others "
+                                              "(they are then projected over the whole archive)")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("status", help="per-view summary")
     s.add_argument("--json", **as_json)
@@ -387,6 +501,16 @@ def parser() -> argparse.ArgumentParser:
                                       "at once, then run its checks")
     b.add_argument("view")
     b.set_defaults(func=cmd_rebuild)
+    g = sub.add_parser("reingest", help="after fixing source.json: inspect archived batches again, as new entries "
+                                        "carrying the records no view received (unrouted or malformed), and project them")
+    g.add_argument("batches", nargs="+", metavar="BATCH_ID")
+    g.add_argument("--now", type=_iso_time, help="logical time of the new entries (default: the wall clock)")
+    g.set_defaults(func=cmd_reingest)
+    m = sub.add_parser("remove-view", help="take a view out of the store: its tables and engine rows (the archive "
+                                           "stays); says what it would drop unless --yes")
+    m.add_argument("view")
+    m.add_argument("--yes", action="store_true", help="remove it (without: only say what would be dropped)")
+    m.set_defaults(func=cmd_remove_view)
     k = sub.add_parser("spark", help="a warm Spark Connect server on loopback that runs of this home use")
     k_sub = k.add_subparsers(dest="action", required=True)
     k_start = k_sub.add_parser("start", help="start it (if none is running) and print its sc:// endpoint")
@@ -406,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("inorder: interrupted", file=sys.stderr)
         return 130
+    except ViewSetMismatch as exc:
+        print(f"inorder: refused: {exc}", file=sys.stderr)
+        return WRONG_VIEWS_EXIT
     except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
         from pipelines.spark import debugging
 

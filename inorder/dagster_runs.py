@@ -49,6 +49,7 @@ class CliRun:
     ingested: list[dict] = field(default_factory=list)  # event_batches materialisation metadata, and batch_id
     ticked: bool = False
     resumed: bool = False  # it projected what an interrupted run had archived
+    catching_up: tuple[str, ...] = ()  # views added to the store, projected over the archive for the first time
     run_ids: list[str] = field(default_factory=list)
     projection: dict = field(default_factory=dict)  # per view metadata
     publish_error: str | None = None  # PostgreSQL could not be brought to DuckDB's newest commit
@@ -151,7 +152,7 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
         plan = plan_run(store, home, views, now)
     target = run_target(plan, instance.get_dynamic_partitions(BATCHES.name))
     instance.add_dynamic_partitions(BATCHES.name, target.new_partitions)
-    report = CliRun(ticked=plan.tick, resumed=plan.resumed)
+    report = CliRun(ticked=plan.tick, resumed=plan.resumed, catching_up=plan.catching_up)
     run_config = _run_config()
 
     def execute(job: str, job_tags: dict, selection) -> dg.ExecuteInProcessResult:

@@ -5,11 +5,12 @@ yellow or red; everything here reads the store only."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Sequence
 
 import duckdb
 
 from pipelines.ingest import archive_path
+from pipelines.select import unrouted
 from pipelines.store import Home, us_from_utc
 from pipelines.view import Thresholds, View
 
@@ -107,6 +108,26 @@ def rejected_after(con: duckdb.DuckDBPyConnection, entry_idx: int) -> list[Rejec
     return [RejectedFile(*row) for row in con.execute(
         "SELECT entry_idx, batch_id, file_name, reason FROM inorder.ingest_log WHERE status = 'rejected' "
         "AND entry_idx > ? ORDER BY entry_idx", [entry_idx]).fetchall()]
+
+
+class UnroutedBatch(NamedTuple):
+    """A batch some of whose records reached no view: their stream types no view subscribes to."""
+
+    entry_idx: int
+    batch_id: str
+    unrouted: dict[str, int]  # stream type -> records
+
+
+def unrouted_after(con: duckdb.DuckDBPyConnection, entry_idx: int, views: Sequence[View]) -> list[UnroutedBatch]:
+    """Archived batches since entry `entry_idx` with records of stream types no view subscribes to."""
+    found = []
+    for entry, batch_id, types in con.execute(
+            "SELECT entry_idx, batch_id, stream_types FROM inorder.ingest_log WHERE kind = 'batch' "
+            "AND status = 'archived' AND entry_idx > ? ORDER BY entry_idx", [entry_idx]).fetchall():
+        counts = unrouted(dict(types or {}), views)
+        if counts:
+            found.append(UnroutedBatch(entry, batch_id, counts))
+    return found
 
 
 def newest_entry(con: duckdb.DuckDBPyConnection) -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.faults import crash_point
@@ -39,10 +41,12 @@ class IngestResult:
     bytes: int = 0
     reason: str | None = None
     already_ingested: bool = False
+    stream_types: dict[str, int] = field(default_factory=dict)  # normalised messages per stream type
+    reingest_of: int | None = None  # the entry whose undelivered lines this one re-inspected
 
 
 def archive_path(home: Home, entry_idx: int) -> Path:
-    return home.archive / f"entry={entry_idx:09d}" / "messages.parquet"
+    return home.archived(entry_idx)
 
 
 def landing_files(home: Home) -> list[Path]:
@@ -166,7 +170,7 @@ def _inspect(home: Home, path: Path, batch_id: str, entry_idx: int, mapping: Sou
 
 
 def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: int, t_us: int,
-              inspected: Inspected) -> IngestResult:
+              inspected: Inspected, reingest_of: int | None = None) -> IngestResult:
     """Archive an inspected file and register it as entry `entry_idx` (one transaction)."""
     batch, fingerprint, reason = inspected
     sha, size, mtime_ns = fingerprint or (None, 0, None)
@@ -179,12 +183,14 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
         crash_point("ingest.rejected_registered")
         return IngestResult(entry_idx, batch_id, "rejected", bytes=size, reason=reason)
     _write_archive(home, entry_idx, batch)
+    types = stream_type_counts(batch.messages)
     with store.transaction():
         con.execute(
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, bytes, sha256, "
-            "mtime_ns, records, malformed, normalised, status) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, ?, 'archived')",
+            "mtime_ns, records, malformed, normalised, status, stream_types, reingest_of) "
+            "VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, ?, 'archived', MAP(?::VARCHAR[], ?::BIGINT[]), ?)",
             [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, mtime_ns, batch.records,
-             len(batch.malformed), batch.messages.num_rows])
+             len(batch.malformed), batch.messages.num_rows, list(types), list(types.values()), reingest_of])
         crash_point("ingest.registering")
         if batch.malformed:
             con.executemany(
@@ -192,7 +198,14 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
                 "VALUES ('malformed', ?, ?, ?, ?, ?, ?)",
                 [[batch_id, line, raw, why, utc_from_us(t_us), entry_idx] for line, raw, why in batch.malformed])
     crash_point("ingest.registered")
-    return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), bytes=size)
+    return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), bytes=size,
+                        stream_types=types, reingest_of=reingest_of)
+
+
+def stream_type_counts(messages: pa.Table) -> dict[str, int]:
+    """Normalised messages per stream type (a message without one counts under '')."""
+    counts = pc.value_counts(pc.fill_null(messages["stream_type"], "")) if messages.num_rows else []
+    return {c["values"].as_py(): c["counts"].as_py() for c in counts}
 
 
 def tick_due(store: Store, t_us: int) -> bool:
@@ -342,4 +355,66 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    return results
+
+
+class ReingestRefused(ValueError):
+    """A batch cannot be re-ingested (unknown, or its landing file is gone or changed)."""
+
+
+REINGEST_MARK = "@reingest-"  # a re-ingest's batch id: <batch id>@reingest-<its entry>
+
+
+def reingest(store: Store, home: Home, mapping: SourceMapping, subscribed: set[str], batch_ids: list[str],
+             t_us: int, progress=lambda message: None) -> list[IngestResult]:
+    """Inspect archived batches again with today's source mapping (after `source.json` was fixed), as new
+    entries at logical time `t_us`. A new entry carries only the lines its batch's newest entry left
+    undelivered: the records of stream types no view subscribes to (`subscribed`), and the malformed
+    ones. Lines some view received are not carried again, so nothing is selected twice; the old entry
+    stays in the log as it was, and the new one names it (`reingest_of`). Reads the landing file as it
+    was ingested (its recorded sha256), or refuses."""
+    check_logical_time(store, t_us)
+    results = []
+    for asked in batch_ids:
+        root = asked.split(REINGEST_MARK)[0]
+        row = store.con.execute(
+            "SELECT entry_idx, file_name, sha256 FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived' "
+            "AND (batch_id = ? OR starts_with(batch_id, ?)) ORDER BY entry_idx DESC LIMIT 1",
+            [root, root + REINGEST_MARK]).fetchone()
+        if row is None:
+            raise ReingestRefused(f"no archived batch {root!r} to re-ingest (`inorder status` lists the batches)")
+        newest, file_name, sha = row
+        path = home.landing / file_name
+        if not path.is_file() or not _inside_landing(home, path):
+            raise ReingestRefused(f"batch {root!r}: its landing file {path} is gone; re-ingesting reads it again")
+        fingerprint, data = _read(path)
+        if fingerprint.sha256 != sha:
+            raise ReingestRefused(f"batch {root!r}: {path} changed since it was ingested; re-ingesting reads the "
+                                  "file as it was ingested (give new content a new file name)")
+        carried = {line for (line,) in store.con.execute(
+            "SELECT line FROM read_parquet(?) WHERE stream_type IS NULL OR NOT list_contains(?, stream_type) "
+            "UNION SELECT line FROM inorder.errors WHERE kind = 'malformed' AND entry_idx = ?",
+            [str(home.archived(newest)), sorted(subscribed), newest]).fetchall()}
+        if not carried:
+            progress(f"reingest {root}: every record of entry {newest} reached a view or was already delivered; "
+                     "nothing to re-ingest")
+            continue
+        entry_idx = store.next_entry_idx()
+        batch_id = f"{root}{REINGEST_MARK}{entry_idx}"
+        try:
+            inspected = inspect_file(path, batch_id, entry_idx, mapping, data)
+        except RejectedFile as exc:
+            raise ReingestRefused(f"batch {root!r} cannot be read with the new mapping: {exc}") from None
+        lines = pa.array(sorted(carried), pa.int64())
+        kept = InspectedBatch(batch_id, inspected.messages.filter(pc.is_in(inspected.messages["line"], lines)),
+                              [m for m in inspected.malformed if m[0] in carried])
+        if not set(stream_type_counts(kept.messages)) & subscribed:
+            progress(f"reingest {root}: with today's source mapping, entry {newest}'s {len(carried)} undelivered "
+                     f"records still reach no view ({len(kept.malformed)} malformed, stream types "
+                     f"{stream_type_counts(kept.messages)}); nothing re-ingested")
+            continue
+        result = _register(store, home, path, batch_id, entry_idx, t_us, (kept, fingerprint, None), reingest_of=newest)
+        progress(f"reingest {root}: entry {newest}'s {len(carried)} undelivered records as {batch_id}: "
+                 f"{kept.messages.num_rows} normalised, {len(kept.malformed)} malformed")
+        results.append(result)
     return results

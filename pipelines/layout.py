@@ -15,6 +15,10 @@ CREATE TABLE IF NOT EXISTS inorder.ingest_log (
     status VARCHAR NOT NULL, reason VARCHAR, target_view VARCHAR, target_stream VARCHAR);
 -- added later (stores made before it get it on open): the file's mtime when it was hashed at ingest
 ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS mtime_ns BIGINT;
+-- added later: a batch's normalised messages per stream type (what `unrouted` is reported by; stores made
+-- before it are filled in from the archive at a writer's open), and the entry a re-ingest supersedes
+ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS stream_types MAP(VARCHAR, BIGINT);
+ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS reingest_of BIGINT;
 CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
 """
 

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pipelines.commit import commit_pass, pass_output
 from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
-                              new_landing_files, record_entry, tick_due)
+                              new_landing_files, record_entry, reingest, tick_due)
 from pipelines.inspect import SourceMapping
 from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
@@ -109,10 +109,11 @@ class RunPlan:
     landing sensor and tick schedule."""
 
     landing: tuple[LandingFile, ...]  # new landing files, in the order they are ingested
-    resumed: bool  # archived batches an earlier, interrupted run did not project
+    resumed: bool  # archived batches that views projected before have not projected (a run was interrupted)
     tick: bool  # nothing new: record a tick at `t_us`, so gap timers fire
     due_views: tuple[str, ...]  # with a tick: the views with a buffered stream it walks
     t_us: int  # the run's logical time (a batch ingested later in the run takes its own wall-clock time)
+    catching_up: tuple[str, ...] = ()  # views added to the store, that have never projected, to project the archive
 
     @property
     def batches(self) -> tuple[str, ...]:
@@ -128,15 +129,24 @@ def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | No
     landing = tuple(new_landing_files(store, home))
     versions = store.versions or read_versions(store.con, views)
     active = [v for v in views if not versions[v.name].refused]  # a refused view waits for its rebuild
-    resumed = any(versions[v.name].rebuild_due for v in views) or any(
-        e["kind"] != "tick" for plan in plan_passes(store, active) for e in plan.entries)
+    fresh = _never_projected(store, active)
+    waiting = [(view, entry) for plan in plan_passes(store, active) for view, entries in plan.by_view.items()
+               for entry in entries if entry.kind != "tick"]
+    resumed = any(versions[v.name].rebuild_due for v in views) or any(view not in fresh for view, _ in waiting)
+    catching_up = tuple(sorted({view for view, _ in waiting if view in fresh}))
     t_us = _logical_now(store, now)
     last = store.last_logical_time_us()
     tick, due = False, ()
-    if not landing and not resumed and tick_due(store, t_us):
+    if not landing and not resumed and not catching_up and tick_due(store, t_us):
         due = tuple(views_with_due_buffers(store.con, active, t_us))
         tick = bool(due) or last is None or t_us - last >= min_idle_seconds * 1e6
-    return RunPlan(landing, resumed, tick, due if tick else (), t_us)
+    return RunPlan(landing, resumed, tick, due if tick else (), t_us, catching_up)
+
+
+def _never_projected(store: Store, views: Sequence[View]) -> set[str]:
+    """The views with no ledger row: added to the store since its last run (`inorder run --add-views`)."""
+    projected = {r[0] for r in store.con.execute("SELECT DISTINCT view FROM inorder.batches").fetchall()}
+    return {v.name for v in views} - projected
 
 
 def source_mapping(home: Home) -> SourceMapping:
@@ -273,13 +283,26 @@ def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime
             raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
         if new_landing_files(store, home, only=paths):
             ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
-        entry_idx, batch_id, status, records, malformed, size, reason = store.con.execute(
-            "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason FROM inorder.ingest_log "
-            "WHERE kind = 'batch' AND (batch_id = ? OR list_contains(?, file_name)) "
-            "ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
+        entry_idx, batch_id, status, records, malformed, size, reason, types = store.con.execute(
+            "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason, stream_types "
+            "FROM inorder.ingest_log WHERE kind = 'batch' AND reingest_of IS NULL "
+            "AND (batch_id = ? OR list_contains(?, file_name)) ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
             [batch_id, [p.name for p in paths], batch_id]).fetchone()
         return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
-                            already_ingested=already)
+                            already_ingested=already, stream_types=dict(types or {}))
+
+
+def reingest_batches(spark: SparkSource, home: Home, views: Sequence[View], batch_ids: Sequence[str],
+                     now: datetime | None = None, progress: Progress = _quiet) -> tuple[list[IngestResult], ProjectionStats]:
+    """`inorder reingest`: inspect the batches' undelivered records again with today's `source.json`, as
+    new entries at logical time `now` (pipelines/ingest.py `reingest`), then project every view."""
+    mapping = source_mapping(home)
+    with Store.open(home, views) as store:
+        results = reingest(store, home, mapping, {t for v in views for t in v.subscribes}, list(batch_ids),
+                           _logical_now(store, now), progress)
+        stats = project(spark, store, home, views, views, mapping, progress)
+    rebuild_due(spark, home, views, stats, progress)
+    return results, stats
 
 
 def project_views(spark: SparkSource, home: Home, views: Sequence[View], selected: Sequence[View],

@@ -14,6 +14,25 @@ def subscriptions(views: Iterable[View]) -> list[tuple[str, str]]:
     return [(stream_type, view.name) for view in views for stream_type in view.subscribes]
 
 
+def subscribed_types(views: Iterable[View]) -> list[str]:
+    """The stream types some view subscribes to, sorted."""
+    return sorted({stream_type for stream_type, _ in subscriptions(views)})
+
+
+def unrouted(stream_types: dict[str, int], views: Iterable[View]) -> dict[str, int]:
+    """Of a batch's messages per stream type, those of the types no view subscribes to (DESIGN §2)."""
+    subscribed = set(subscribed_types(views))
+    return {t: n for t, n in sorted(stream_types.items()) if t not in subscribed and n}
+
+
+def describe_unrouted(counts: dict[str, int], subscribed: Iterable[str]) -> str:
+    """One line: what went unrouted, what the views subscribe to (`subscribed_types`), and the way back."""
+    what = ", ".join(f"{n} of stream type {t!r}" for t, n in counts.items())
+    return (f"{sum(counts.values())} records reached no view ({what}); the views subscribe to "
+            f"{', '.join(subscribed) or 'nothing'}. If source.json maps them wrong, fix it and run "
+            f"`inorder reingest BATCH…`")
+
+
 def routes(view_entries: Iterable[tuple[str, int]], views: Iterable[View]) -> list[tuple[str, int, str]]:
     """(stream_type, entry_idx, the views that still have to project that entry's messages of that
     stream type, comma-joined and sorted): small enough to broadcast."""

@@ -10,6 +10,7 @@ import duckdb
 
 from pipelines.layout import Layout
 from pipelines.publish import Position
+from pipelines.select import describe_unrouted, subscribed_types, unrouted
 from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
 from pipelines.versions import ViewVersion, read_versions
 from pipelines.view import View
@@ -48,17 +49,35 @@ class StoreStatus:
     malformed: int = 0
     normalised: int = 0
     logical_time: str | None = None
+    unrouted: dict[str, int] = field(default_factory=dict)  # stream type -> records no view subscribes to
+    subscribed: list[str] = field(default_factory=list)  # the stream types the views subscribe to
+    reingested: list[tuple[str, str, int]] = field(default_factory=list)  # (batch, re-ingest's batch, records)
 
 
 def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreStatus:
     now_row = con.execute("SELECT max(received_at) FROM inorder.ingest_log").fetchone()
     now_us = us_from_utc(now_row[0])
     status = StoreStatus(views=[], logical_time=now_row[0].isoformat() if now_row[0] else None)
-    status.batches, status.records, status.malformed, status.normalised = con.execute(
-        "SELECT count(*), coalesce(sum(records), 0), coalesce(sum(malformed), 0), coalesce(sum(normalised), 0) "
-        "FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived'").fetchone()
+    # a batch's records count once: a re-ingest's records are the lines the entry it supersedes left
+    # undelivered (its unrouted and malformed ones), so those count under the re-ingest alone
+    status.batches, status.records, status.malformed = con.execute(
+        """SELECT count(*) FILTER (WHERE reingest_of IS NULL),
+                  coalesce(sum(records), 0) - coalesce(sum(records) FILTER (WHERE reingest_of IS NOT NULL), 0),
+                  coalesce(sum(malformed) FILTER (WHERE entry_idx NOT IN (SELECT reingest_of FROM inorder.ingest_log
+                                                                          WHERE reingest_of IS NOT NULL)), 0)
+           FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived'""").fetchone()
+    status.normalised = status.records - status.malformed
     status.rejected = con.execute(
         "SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' ORDER BY entry_idx").fetchall()
+    # the newest entry of each batch counts: a re-ingest carried the lines the entry it supersedes left unrouted
+    types = dict(con.execute(
+        """SELECT t.key, sum(t.value) FROM (SELECT unnest(map_entries(stream_types)) AS t FROM inorder.ingest_log
+           WHERE kind = 'batch' AND status = 'archived' AND entry_idx NOT IN
+                 (SELECT reingest_of FROM inorder.ingest_log WHERE reingest_of IS NOT NULL)) GROUP BY ALL""").fetchall())
+    status.unrouted, status.subscribed = unrouted(types, views), subscribed_types(views)
+    status.reingested = con.execute(
+        """SELECT o.batch_id, r.batch_id, r.records FROM inorder.ingest_log r
+           JOIN inorder.ingest_log o ON o.entry_idx = r.reingest_of ORDER BY r.entry_idx""").fetchall()
     versions = read_versions(con, views)
     schemas = {name for (name,) in con.execute("SELECT schema_name FROM duckdb_schemas()").fetchall()}
     for view in views:
@@ -225,6 +244,10 @@ def format_status(status: StoreStatus) -> str:
              f"({status.normalised} normalised, {status.malformed} malformed), {len(status.rejected)} rejected files"]
     for batch_id, reason in status.rejected:
         lines.append(f"  rejected {batch_id}: {reason}")
+    for batch_id, again, records in status.reingested:
+        lines.append(f"  re-ingested {batch_id} as {again}: {records} records it had left undelivered")
+    lines.append(f"unrouted: {describe_unrouted(status.unrouted, status.subscribed)}" if status.unrouted else
+                 f"unrouted: none (the views subscribe to {', '.join(status.subscribed)})")
     header = ("view", "streams", "selected", "applied", "ignored", "errors", "dupes", "late", "conflicts",
               "pending", "blocked", "oldest wait", "parked", "gaps", "rows", "conserved")
     table = [header]
@@ -261,6 +284,10 @@ def status_document(status: StoreStatus, positions: list[Position] | str | None)
         "normalised": status.normalised,
         "malformed": status.malformed,
         "rejected": [{"batch_id": batch_id, "reason": reason} for batch_id, reason in status.rejected],
+        "unrouted": dict(status.unrouted),
+        "subscribed_stream_types": list(status.subscribed),
+        "reingested": [{"batch_id": batch_id, "as": again, "records": records}
+                       for batch_id, again, records in status.reingested],
         "views": [{
             "view": s.view, "streams": s.streams, "selected": s.selected, "outcomes": dict(s.outcomes),
             "pending": s.pending, "blocked_streams": s.blocked_streams, "oldest_wait_seconds": s.oldest_wait_seconds,

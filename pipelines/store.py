@@ -21,7 +21,7 @@ import duckdb
 
 from pipelines.faults import crash_point
 from pipelines.layout import ENGINE_DDL, STATE_TABLES
-from pipelines.versions import ViewVersion, reconcile
+from pipelines.versions import ViewVersion, check_view_set, reconcile
 from pipelines.view import View
 
 
@@ -95,6 +95,10 @@ class Home:
         is not one, and the commands that read or write a home refuse it rather than start an empty store."""
         return self.landing.is_dir() or self.database.exists()
 
+    def archived(self, entry_idx: int) -> Path:
+        """Where an entry's normalised messages are archived (Parquet)."""
+        return self.archive / f"entry={entry_idx:09d}" / "messages.parquet"
+
     def ensure(self) -> "Home":
         for folder in (self.root, self.landing, self.archive, self.database.parent):
             folder.mkdir(parents=True, exist_ok=True)
@@ -152,6 +156,21 @@ def connect(path: Path, read_only: bool, wait_seconds: float, say: Callable[[str
             delay = min(delay * 2, 0.5)
 
 
+def _fill_in_stream_types(con: duckdb.DuckDBPyConnection, home: Home) -> None:
+    """A store made before `ingest_log.stream_types` was recorded gets it from the archive, once."""
+    entries = [r[0] for r in con.execute(
+        "SELECT entry_idx FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived' "
+        "AND stream_types IS NULL").fetchall()]
+    files = [str(home.archived(i)) for i in entries if home.archived(i).exists()]
+    if not files:
+        return
+    con.execute("""UPDATE inorder.ingest_log l SET stream_types = m.types
+                   FROM (SELECT entry_idx, map(list(stream_type), list(n)) AS types
+                         FROM (SELECT a.entry_idx, coalesce(a.stream_type, '') AS stream_type, count(*) AS n
+                               FROM read_parquet(?) a GROUP BY ALL) GROUP BY entry_idx) m
+                   WHERE l.entry_idx = m.entry_idx AND l.stream_types IS NULL""", [files])
+
+
 class Store:
     """A connection to the read store, holding the writer lock for its lifetime."""
 
@@ -163,15 +182,23 @@ class Store:
         self.versions: dict[str, ViewVersion] = {}  # the views' code against what built their rows (a writer's)
 
     @classmethod
-    def open(cls, home: Home, views: Iterable[View]) -> "Store":
-        """Take the writer lock (waiting up to `home.lock_wait_seconds`) and open the store."""
+    def open(cls, home: Home, views: Iterable[View], adding: Iterable[str] = ()) -> "Store":
+        """Take the writer lock (waiting up to `home.lock_wait_seconds`) and open the store. Views the store
+        does not hold are refused (ViewSetMismatch) before anything is written, unless `adding` names them."""
+        views = list(views)
         home.ensure()
         lock_fd = take_lock(home.database.with_suffix(".lock"), home.lock_wait_seconds,
                             f"another inorder run is writing {home.database}; try again when it ends")
         try:
             con = connect(home.database, read_only=False, wait_seconds=home.file_wait_seconds)
+            try:
+                check_view_set(con, views, tuple(adding))
+            except BaseException:
+                con.close()
+                raise
             con.execute(ENGINE_DDL)
-            versions = reconcile(con, list(views))
+            versions = reconcile(con, views)
+            _fill_in_stream_types(con, home)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -180,11 +207,19 @@ class Store:
         return store
 
     @classmethod
-    def open_read_only(cls, home: Home) -> "Store":
-        """A reader's connection: no writer lock, and it never writes (checks, logs, metadata)."""
+    def open_read_only(cls, home: Home, views: Iterable[View] | None = None) -> "Store":
+        """A reader's connection: no writer lock, and it never writes (checks, logs, metadata). With
+        `views`, loaded views the store does not hold are refused (ViewSetMismatch), as `open` does."""
         if not home.database.exists():
             raise FileNotFoundError(f"no read store at {home.database}: run `inorder run` first")
-        return cls(connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds), None, home, True)
+        con = connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds)
+        if views is not None:
+            try:
+                check_view_set(con, list(views))
+            except BaseException:
+                con.close()
+                raise
+        return cls(con, None, home, True)
 
     @contextmanager
     def released(self, writer: bool = False) -> Iterator[None]:

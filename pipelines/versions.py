@@ -187,6 +187,40 @@ def compare(view: View, row: tuple | None) -> ViewVersion:
 _ROW = "fingerprint, tables, code, newer_fingerprint, newer_since_entry, newer_since_batch"
 
 
+class ViewSetMismatch(RuntimeError):
+    """The loaded views (INORDER_VIEWS) are not views of this store: none of them is, or some would be
+    added to a store that holds others. Refused before anything is written (the message is one line)."""
+
+
+def stored_view_names(con: duckdb.DuckDBPyConnection, layout: Layout = LIVE) -> list[str]:
+    """The views the store holds: those recorded in `view_versions` (none in a new store)."""
+    recorded = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = "
+                           "'view_versions'", [layout.state]).fetchone()[0]
+    if not recorded:
+        return []
+    return [r[0] for r in con.execute(f"SELECT view FROM {layout.state}.view_versions ORDER BY view").fetchall()]
+
+
+def check_view_set(con: duckdb.DuckDBPyConnection, views: Sequence[View], adding: Sequence[str] = ()) -> None:
+    """Refuse (ViewSetMismatch) loaded views that name none of the store's views, or that would add views
+    to a store holding others, unless `adding` names them (`inorder run --add-views`). A new store takes
+    any views; loading only some of a store's views is allowed (the others wait)."""
+    stored = stored_view_names(con)
+    if not stored:
+        return
+    loaded = [v.name for v in views]
+    new = [name for name in loaded if name not in stored and name not in adding]
+    if not new:
+        return
+    holds = f"the store holds the views {', '.join(stored)}, but INORDER_VIEWS loaded {', '.join(loaded)}"
+    if len(new) == len(loaded):
+        raise ViewSetMismatch(f"{holds}: none of them is in the store. Set INORDER_VIEWS to the modules of the "
+                              f"store's views (or point INORDER_HOME at the right home); nothing was written")
+    raise ViewSetMismatch(f"{holds}: {', '.join(new)} would be added to it. Add them explicitly with "
+                          f"`inorder run --add-views {','.join(new)}`, or leave them out of INORDER_VIEWS; "
+                          f"nothing was written")
+
+
 def read_versions(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Layout = LIVE
                   ) -> dict[str, ViewVersion]:
     recorded = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = "
@@ -237,6 +271,37 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
             for table in view.tables:
                 con.execute(table.ddl(layout.table(table.name)))
     return versions
+
+
+@dataclass(frozen=True)
+class RemovedView:
+    """What `remove_view` drops (or, before it is confirmed, would drop)."""
+
+    view: str
+    tables: tuple[str, ...]  # the view's tables, as the store recorded them
+    state_rows: dict[str, int]  # engine table -> the view's rows in it
+
+
+def remove_view(con: duckdb.DuckDBPyConnection, name: str, confirmed: bool) -> RemovedView:
+    """`inorder remove-view`: the explicit act that takes a view out of its store. Its tables and every
+    engine row of it (watermarks, buffers, errors, gaps, ledger rows, its version) go in one transaction;
+    the ingest log and the archive stay, so adding the view back replays it from the archive. Without
+    `confirmed`, only says what it would drop."""
+    row = con.execute("SELECT tables FROM inorder.view_versions WHERE view = ?", [name]).fetchone()
+    if row is None:
+        stored = stored_view_names(con)
+        raise ViewSetMismatch(f"the store holds no view {name!r} (it holds {', '.join(stored) or 'none'})")
+    tables = tuple(t["name"] for t in json.loads(row[0]))
+    counts = {table: con.execute(f"SELECT count(*) FROM inorder.{table} WHERE view = ?", [name]).fetchone()[0]
+              for table in ("watermarks", "pending", "errors", "gaps", "batches")}
+    if confirmed:
+        with _transaction(con):
+            for table in tables:
+                con.execute(f'DROP TABLE IF EXISTS {LIVE.table(table)}')
+            for table in (*counts, "view_versions"):
+                con.execute(f"DELETE FROM inorder.{table} WHERE view = ?", [name])
+            con.execute(f"DROP SCHEMA IF EXISTS {Layout.shadow(name).state} CASCADE")  # an interrupted rebuild's
+    return RemovedView(name, tables, counts)
 
 
 @contextmanager

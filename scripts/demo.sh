@@ -3,19 +3,34 @@
 # messages, ingests and projects them, lets open gaps time out, delivers a straggler batch (whose
 # messages for skipped gaps are now late), and prints the per-view summary.
 # DOMAIN=bank (default: the bank's views/) or DOMAIN=shop (the online shop's shop/views/).
+#
+# It works in its own home only: INORDER_DEMO_HOME (default .inorder/demo, or .inorder/demo-shop), never
+# INORDER_HOME. That home holds a marker file saying the demo made it; the demo deletes and remakes a
+# home with that marker, uses a missing or empty folder, and refuses any other (a user's files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+. scripts/home_kind.sh
 DOMAIN="${DOMAIN:-bank}"
 case "$DOMAIN" in
-  bank) export INORDER_VIEWS="${INORDER_VIEWS:-views}"; DEFAULT_HOME="$PWD/.inorder/demo" ;;
-  shop) export INORDER_VIEWS="${INORDER_VIEWS:-shop.views}"; DEFAULT_HOME="$PWD/.inorder/demo-shop" ;;
+  bank) DEMO_VIEWS=views; DEFAULT_HOME="$PWD/.inorder/demo" ;;
+  shop) DEMO_VIEWS=shop.views; DEFAULT_HOME="$PWD/.inorder/demo-shop" ;;
   *) echo "DOMAIN must be bank or shop, not '$DOMAIN'" >&2; exit 2 ;;
 esac
-export INORDER_HOME="${INORDER_HOME:-$DEFAULT_HOME}"
+DEMO_HOME="$(realpath -m "${INORDER_DEMO_HOME:-$DEFAULT_HOME}")"
+case "$(home_kind "$DEMO_HOME")" in
+  user) echo "demo: $DEMO_HOME holds files the demo did not make (no $DEMO_MARKER): left as it is." >&2
+        echo "demo: set INORDER_DEMO_HOME to a new folder for the demo's home." >&2
+        exit 2 ;;
+  demo) rm -rf "$DEMO_HOME" ;;  # the demo's own home, made by an earlier demo: start afresh
+esac
+if [ -n "${INORDER_HOME:-}" ] && [ "$(realpath -m "$INORDER_HOME")" != "$DEMO_HOME" ]; then
+  echo "demo: INORDER_HOME ($INORDER_HOME) is left alone; the demo uses its own home $DEMO_HOME" >&2
+fi
+mkdir -p "$DEMO_HOME/landing" "$DEMO_HOME/staging"
+echo "made by scripts/demo.sh: the demo deletes and remakes this folder when it runs again" > "$DEMO_HOME/$DEMO_MARKER"
+export INORDER_HOME="$DEMO_HOME" INORDER_VIEWS="$DEMO_VIEWS"
 EVENTS="${EVENTS:-50000}"
-rm -rf "$INORDER_HOME"
-mkdir -p "$INORDER_HOME/landing" "$INORDER_HOME/staging"
+bash scripts/setup.sh
 . .venv/bin/activate
 inorder generate --domain "$DOMAIN" --out "$INORDER_HOME/staging" --events "$EVENTS" --streams $((EVENTS / 50 + 1)) --batches 9 \
   --disorder 0.1 --duplicates 0.02 --gaps 0.005 --poison 0.005 --seed 7
@@ -34,3 +49,6 @@ inorder errors --limit 8
 echo "--- streams still blocked, oldest first"
 inorder pending --limit 5
 echo "store: $INORDER_HOME/store.duckdb"
+echo "--- to work with it in this shell:"
+echo ". .venv/bin/activate"
+echo "export INORDER_HOME=$INORDER_HOME INORDER_VIEWS=$INORDER_VIEWS"

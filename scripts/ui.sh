@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# Installs everything, makes the demo data if there is none (DOMAIN=bank|shop), and opens the Dagster UI on it
-# (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME), with a warm Spark server for its runs
-# (`inorder spark start`; stopped with the UI unless it was running before). Ctrl-C stops it.
+# Installs everything and opens the Dagster UI (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME),
+# with a warm Spark server for its runs (`inorder spark start`; stopped with the UI unless it was running
+# before). Ctrl-C stops it.
+#
+# With INORDER_HOME set, it serves that home as it is (a missing or empty folder becomes an empty home
+# whose landing folder the sensor watches); it never runs the demo there, unless the demo made it.
+# Without INORDER_HOME, it serves the demo's home (DOMAIN=bank|shop), made by scripts/demo.sh if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+. scripts/home_kind.sh
 DOMAIN="${DOMAIN:-bank}"  # as in scripts/demo.sh: bank or shop
-[ "$DOMAIN" = shop ] && export INORDER_VIEWS="${INORDER_VIEWS:-shop.views}"
-export INORDER_HOME="${INORDER_HOME:-$PWD/.inorder/demo$([ "$DOMAIN" = shop ] && echo -shop)}"
-if [ ! -e "$INORDER_HOME/store.duckdb" ]; then
-  INORDER_HOME="$INORDER_HOME" DOMAIN="$DOMAIN" bash scripts/demo.sh
+if [ -n "${INORDER_HOME:-}" ]; then
+  export INORDER_HOME="$(realpath -m "$INORDER_HOME")"
+  case "$(home_kind "$INORDER_HOME")" in
+    demo) [ -e "$INORDER_HOME/store.duckdb" ] || INORDER_DEMO_HOME="$INORDER_HOME" DOMAIN="$DOMAIN" bash scripts/demo.sh ;;
+    missing|empty) mkdir -p "$INORDER_HOME/landing"
+                   echo "ui: serving the new, empty home $INORDER_HOME: drop batch files into $INORDER_HOME/landing" >&2 ;;
+    user) echo "ui: serving your home $INORDER_HOME as it is" >&2 ;;
+  esac
+else
+  export INORDER_HOME="$PWD/.inorder/demo$([ "$DOMAIN" = shop ] && echo -shop)"
+  [ "$DOMAIN" = shop ] && export INORDER_VIEWS=shop.views || export INORDER_VIEWS=views
+  if [ ! -e "$INORDER_HOME/store.duckdb" ]; then
+    INORDER_DEMO_HOME="$INORDER_HOME" DOMAIN="$DOMAIN" bash scripts/demo.sh  # refuses a home it did not make
+  fi
 fi
+bash scripts/setup.sh
 . .venv/bin/activate
 export DAGSTER_HOME="${DAGSTER_HOME:-$INORDER_HOME/dagster}"
 python -c "from inorder.dagster_runs import dagster_home; from pipelines.store import Home; dagster_home(Home.from_env())"

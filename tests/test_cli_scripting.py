@@ -84,12 +84,19 @@ def test_generate_numbers_new_batches_on_from_the_highest_in_the_folder(tmp_path
 def test_run_json_says_what_the_store_holds_and_the_terminal_has_only_progress_lines(shop):
     home, env, run = shop
     document = json.loads(run.stdout)
-    assert set(document) == {"ran", "batches", "records", "applied", "views", "seconds", "dagster_run_ids",
-                             "publish_error", "refused"}
+    assert set(document) == {"ran", "caught_up", "batches", "records", "unrouted", "applied", "views", "seconds",
+                             "dagster_run_ids", "publish_error", "refused"}
     assert document["ran"] == "batches" and document["publish_error"] is None and document["refused"] == {}
+    assert document["caught_up"] == []
     ingested = store_rows(home, "SELECT batch_id, entry_idx, status, records, malformed, reason "
                                 "FROM inorder.ingest_log WHERE kind = 'batch' ORDER BY entry_idx")
-    assert [tuple(b.values()) for b in document["batches"]] == ingested
+    assert [tuple(b.values())[:6] for b in document["batches"]] == ingested
+    shop_types = {"order", "customer"}  # what the shop's views subscribe to
+    for batch, (types,) in zip(document["batches"], store_rows(
+            home, "SELECT stream_types FROM inorder.ingest_log WHERE kind = 'batch' ORDER BY entry_idx")):
+        assert batch["unrouted"] == {t: n for t, n in sorted(types.items()) if t not in shop_types}
+    assert document["unrouted"] == {t: sum(b["unrouted"].get(t, 0) for b in document["batches"])
+                                    for t in sorted({t for b in document["batches"] for t in b["unrouted"]})}
     assert [b["batch_id"] for b in document["batches"]] == ["batch-00001", "batch-00002", "batch-00003"]
     assert document["records"] == sum(row[3] for row in ingested)
     ledger = {view: dict(zip(("selected", *OUTCOME_COLUMNS, "gaps_skipped"), counts)) for view, *counts in store_rows(
@@ -116,8 +123,14 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
                           text=True).returncode == 0
     document = json.loads(status.stdout)
     assert set(document) == {"logical_time", "batches", "records", "normalised", "malformed", "rejected", "views",
-                             "postgres"}
+                             "postgres", "unrouted", "subscribed_stream_types", "reingested"}
     assert document["postgres"] is None  # INORDER_SERVE_POSTGRES is not set
+    assert document["subscribed_stream_types"] == ["customer", "order"] and document["reingested"] == []
+    types: dict[str, int] = {}
+    for (counts,) in store_rows(home, "SELECT stream_types FROM inorder.ingest_log WHERE kind = 'batch'"):
+        for stream_type, n in counts.items():
+            types[stream_type] = types.get(stream_type, 0) + n
+    assert document["unrouted"] == {t: n for t, n in sorted(types.items()) if t not in ("customer", "order")}
     assert document["logical_time"] == "2026-11-02T00:00:00+00:00" and document["rejected"] == []
     (records, malformed, normalised, batches), = store_rows(
         home, "SELECT sum(records), sum(malformed), sum(normalised), count(*) FROM inorder.ingest_log "
