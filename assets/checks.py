@@ -50,7 +50,7 @@ def _view_checks(view: View) -> list[ViewCheck]:
             "failures": dg.MetadataValue.json(failures),
         })
 
-    @check("conservation", "DESIGN §3: selected = applied + ignored + handler_error + duplicate + late + "
+    @check("conservation", "selected = applied + ignored + handler_error + duplicate + late + "
                            "conflict + pending, and records = malformed + normalised per batch", blocking=True)
     def conservation(store: Store) -> dg.AssetCheckResult:
         (status,) = read_status(store.con, [view]).views
