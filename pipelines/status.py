@@ -12,7 +12,7 @@ from pipelines.layout import Layout
 from pipelines.publish import Position
 from pipelines.select import describe_unrouted, subscribed_types, unrouted
 from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
-from pipelines.versions import ViewVersion, read_versions
+from pipelines.versions import ViewVersion, read_versions, stored_view_names
 from pipelines.view import View
 
 
@@ -52,6 +52,7 @@ class StoreStatus:
     unrouted: dict[str, int] = field(default_factory=dict)  # stream type -> records no view subscribes to
     subscribed: list[str] = field(default_factory=list)  # the stream types the views subscribe to
     reingested: list[tuple[str, str, int]] = field(default_factory=list)  # (batch, re-ingest's batch, records)
+    not_loaded: list[str] = field(default_factory=list)  # views the store holds that INORDER_VIEWS did not load
 
 
 def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreStatus:
@@ -78,6 +79,7 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
     status.reingested = con.execute(
         """SELECT o.batch_id, r.batch_id, r.records FROM inorder.ingest_log r
            JOIN inorder.ingest_log o ON o.entry_idx = r.reingest_of ORDER BY r.entry_idx""").fetchall()
+    status.not_loaded = [name for name in stored_view_names(con) if name not in {v.name for v in views}]
     versions = read_versions(con, views)
     schemas = {name for (name,) in con.execute("SELECT schema_name FROM duckdb_schemas()").fetchall()}
     for view in views:
@@ -264,6 +266,9 @@ def format_status(status: StoreStatus) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in s.errors_by_kind.items()) or "none"
         lines.append(f"{s.view}: errors by kind: {kinds}; last batch {s.last_batch or '-'}")
     lines += [version_line(s.version) for s in status.views]
+    if status.not_loaded:
+        lines.append(f"the store also holds {', '.join(status.not_loaded)}, which INORDER_VIEWS did not load: not "
+                     f"projected while it does not (`inorder remove-view VIEW` takes a view out of the store)")
     lines += [shadow_line(s) for s in status.views if s.rebuild_shadow]
     return "\n".join(lines)
 
@@ -286,6 +291,7 @@ def status_document(status: StoreStatus, positions: list[Position] | str | None)
         "rejected": [{"batch_id": batch_id, "reason": reason} for batch_id, reason in status.rejected],
         "unrouted": dict(status.unrouted),
         "subscribed_stream_types": list(status.subscribed),
+        "views_not_loaded": list(status.not_loaded),
         "reingested": [{"batch_id": batch_id, "as": again, "records": records}
                        for batch_id, again, records in status.reingested],
         "views": [{

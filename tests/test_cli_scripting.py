@@ -123,9 +123,10 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
                           text=True).returncode == 0
     document = json.loads(status.stdout)
     assert set(document) == {"logical_time", "batches", "records", "normalised", "malformed", "rejected", "views",
-                             "postgres", "unrouted", "subscribed_stream_types", "reingested"}
+                             "postgres", "unrouted", "subscribed_stream_types", "reingested", "views_not_loaded"}
     assert document["postgres"] is None  # INORDER_SERVE_POSTGRES is not set
     assert document["subscribed_stream_types"] == ["customer", "order"] and document["reingested"] == []
+    assert document["views_not_loaded"] == []
     types: dict[str, int] = {}
     for (counts,) in store_rows(home, "SELECT stream_types FROM inorder.ingest_log WHERE kind = 'batch'"):
         for stream_type, n in counts.items():

@@ -208,8 +208,12 @@ def test_adding_and_removing_a_view_are_explicit(tmp_path):
     orders = [v for v in views if v.name == "orders"]
     with Store.open(Home.from_env(home), views):
         pass
-    # loading only some of the store's views is allowed: the others wait
-    Store.open_read_only(Home.from_env(home), orders).close()
+    # loading only some of the store's views is allowed: the others wait, and status names them
+    with Store.open_read_only(Home.from_env(home), orders) as store:
+        status = read_status(store.con, orders)
+    assert status.not_loaded == ["customers", "order_items", "shop_daily"]
+    assert "the store also holds customers, order_items, shop_daily, which INORDER_VIEWS did not load" in \
+        format_status(status)
     with pytest.raises(Exception, match="would be added to it"):
         Store.open(Home.from_env(home), [*views, *load_views("views")])
     with Store.open(Home.from_env(home), [*views, *load_views("views")], adding=["accounts", "account_activity",
