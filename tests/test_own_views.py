@@ -127,3 +127,21 @@ def test_the_readme_tutorial_runs_as_written(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+    # step 3, the shell block as written, with ~ a fresh home holding ~/carrier and an export in ~/exports
+    (step3,) = re.findall(r"\*\*3\. Run it\.\*\*.*?```bash\n(.*?)```", tutorial, re.S)
+    user = tmp_path / "user"
+    (user / "carrier").mkdir(parents=True)
+    (user / "exports").mkdir()
+    (user / "carrier" / "carrier_views.py").write_text(blocks["carrier_views.py"])
+    sent = {"stream_id": "s1", "stream_type": "shipment", "seq": 1, "type": "Sent", "payload": {"fee": 4.5, "kg": 1},
+            "occurred_at": "2026-11-01T17:00:00+00:00"}
+    delivered = {"stream_id": "s1", "stream_type": "shipment", "seq": 2, "type": "Delivered",
+                 "occurred_at": "2026-11-03T09:00:00+00:00"}
+    (user / "exports" / "shipments-001.jsonl").write_text(f"{json.dumps(delivered)}\n{json.dumps(sent)}\n")
+    shell_env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_HOME", "PYTHONPATH"))}
+    done = subprocess.run(["bash", "-euc", step3], cwd=REPO, env={**shell_env, "HOME": str(user)},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^carrier\s+1\s+2\s+2\s", done.stdout, re.M), done.stdout  # 1 stream, 2 selected, 2 applied
+    assert "0 errors" in done.stdout and "unrouted: none (the views subscribe to shipment)" in done.stdout
