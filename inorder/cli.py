@@ -119,12 +119,24 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def cmd_init(args: argparse.Namespace) -> None:
     from pipelines.store import Store
 
-    views = _views()
+    from pipelines.registry import load_views
+
+    views = load_views(args.views) if args.views else _views()
     home = Home.from_env(args.home)
     existed = home.exists
+    recorded = home.recorded_views()
+    if args.views and recorded is not None and recorded != args.views:
+        raise ValueError(f"{home.views_file} records the views {recorded!r}, not {args.views!r}: edit that file "
+                         "yourself to change them")
     Store.open(home, views).close()  # the folders, the engine's tables and the views' tables
+    if args.views and recorded is None:
+        home.views_file.write_text(f"# INORDER_VIEWS of this home (the environment variable wins when set)\n"
+                                   f"{args.views}\n", encoding="utf-8")
     print(f"{home.root} is an inorder home already (landing {home.landing}, store {home.database})" if existed else
           f"created the inorder home {home.root}: drop batch files into {home.landing}, then `inorder run`")
+    if args.views and recorded is None:
+        print(f"recorded its views in {home.views_file}: commands on this home load {args.views} "
+              "unless INORDER_VIEWS is set")
 
 
 def _views():
@@ -458,6 +470,9 @@ def parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
     i = sub.add_parser("init", help="create a home: landing/, archive/ and the store")
     i.add_argument("home", nargs="?", help="default: INORDER_HOME, else ./.inorder")
+    i.add_argument("--views", metavar="MODULE[,MODULE]",
+                   help="the view modules of this home, recorded in HOME/views.txt: commands load them when "
+                        "INORDER_VIEWS is unset")
     i.set_defaults(func=cmd_init)
     r = sub.add_parser("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")

@@ -1,7 +1,8 @@
 """Which views run: every `View` defined at module level in the modules named by INORDER_VIEWS.
 
-INORDER_VIEWS is a comma-separated list of importable module or package names (default: the
-repository's `views` package); for a package, every module inside it counts. The CLI, the Dagster
+INORDER_VIEWS is a comma-separated list of importable module or package names; when it is unset, the
+home's `views.txt` (written by `inorder init --views`) gives them, else the repository's `views` package.
+For a package, every module inside it counts. The CLI, the Dagster
 code location, rebuild and the executors all take their views from `load_views`, so they see
 the same set. A set that cannot run together is refused with one line (`ViewDeclarationError`)
 before anything touches the store.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from pipelines.store import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES
+from pipelines.store import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES, Home
 from pipelines.view import View
 
 VIEWS_VARIABLE = "INORDER_VIEWS"
@@ -37,8 +38,8 @@ class FoundView:
 
 
 def view_module_names(spec: str | None = None) -> tuple[str, ...]:
-    """The module names in `spec` (default: INORDER_VIEWS, else the `views` package)."""
-    text = os.environ.get(VIEWS_VARIABLE, "") if spec is None else spec
+    """The module names in `spec` (default: INORDER_VIEWS, else the home's views.txt, else the `views` package)."""
+    text = (os.environ.get(VIEWS_VARIABLE) or Home.from_env().recorded_views() or "") if spec is None else spec
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     return names or DEFAULT_MODULES
 

@@ -95,6 +95,19 @@ class Home:
         is not one, and the commands that read or write a home refuse it rather than start an empty store."""
         return self.landing.is_dir() or self.database.exists()
 
+    @property
+    def views_file(self) -> Path:
+        """Where a home records its INORDER_VIEWS (`inorder init --views`), so a new shell needs nothing exported."""
+        return self.root / "views.txt"
+
+    def recorded_views(self) -> str | None:
+        """The module names the home recorded (comma-separated), or None."""
+        try:
+            lines = self.views_file.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return None
+        return next((line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")), None)
+
     def archived(self, entry_idx: int) -> Path:
         """Where an entry's normalised messages are archived (Parquet)."""
         return self.archive / f"entry={entry_idx:09d}" / "messages.parquet"

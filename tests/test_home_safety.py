@@ -328,3 +328,19 @@ def datetime_of(text: str):
     from datetime import datetime
 
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_home_records_its_views_so_a_new_shell_needs_nothing_exported(tmp_path):
+    home = tmp_path / "home"
+    no_views = {k: v for k, v in environment(home, "").items() if k != "INORDER_VIEWS"}
+    created = inorder(no_views, "init", str(home), "--views", "shop.views")
+    assert created.returncode == 0, created.stderr
+    assert f"recorded its views in {home / 'views.txt'}" in created.stdout
+    status = inorder(no_views, "status", "--json")  # a new shell: INORDER_VIEWS unset
+    assert status.returncode == 0, status.stderr
+    assert [v["view"] for v in json.loads(status.stdout)["views"]] == ["customers", "order_items", "orders", "shop_daily"]
+    refused = inorder({**no_views, "INORDER_VIEWS": "views"}, "status")  # the variable wins, and is refused
+    assert refused.returncode == 5 and "the store holds the views customers, order_items, orders, shop_daily" in refused.stderr
+    other = inorder(no_views, "init", str(home), "--views", "views")
+    assert other.returncode == 1 and "records the views 'shop.views', not 'views'" in other.stderr
+    assert (home / "views.txt").read_text().splitlines()[-1] == "shop.views"
