@@ -43,6 +43,37 @@ def _iso_time(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def _count(text: str) -> int:
+    """A --limit: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 or more")
+    return value
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus "did you mean" for a mistyped command."""
+
+    def error(self, message: str):
+        import difflib
+        import re
+
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            choices = re.findall(r"'?([\w-]+)'?", wrong.group(2))
+            close = difflib.get_close_matches(wrong.group(1), choices, n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        super().error(message)
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 1:
@@ -224,13 +255,15 @@ def cmd_run(args: argparse.Namespace) -> None:
     else:
         archived = [b for b in run["batches"] if b["status"] == "archived"]
         rejected = [b for b in run["batches"] if b["status"] == "rejected"]
-        what = {"batches": f"{len(archived)} batches, {run['records']} records", "tick": "a tick",
+        what = {"batches": f"{_plural(len(archived), 'batch', 'batches')}, {_plural(run['records'], 'record')}",
+                "tick": "a tick",
                 "resumed": "batches archived earlier but not yet projected (an interrupted run's, or an ingest-only one's)",
                 "caught_up": f"the archive for the added views {', '.join(run['caught_up'])}",
                 "nothing": "nothing new (logical time has not moved since the last entry)"}[run["ran"]]
         rate = f", {run['records'] / run['seconds']:,.0f} records/s" if run["records"] else ""
-        print(f"ran {what} in {run['seconds']:.1f}s{rate}; {run['applied']} messages applied across views; "
-              f"{len(run['dagster_run_ids'])} Dagster runs" + (f"; {len(rejected)} files rejected" if rejected else ""))
+        print(f"ran {what} in {run['seconds']:.1f}s{rate}; {_plural(run['applied'], 'message')} applied across "
+              f"views; {_plural(len(run['dagster_run_ids']), 'Dagster run')}"
+              + (f"; {_plural(len(rejected), 'file')} rejected" if rejected else ""))
         for b in rejected:
             print(f"rejected batch (entry {b['entry_idx']}): {b['rejected_reason']}")
         if run["unrouted"]:
@@ -314,6 +347,9 @@ def cmd_errors(args: argparse.Namespace) -> None:
 
     _known_view(args.view)
     with _store() as store:
+        if args.batch is not None and not store.con.execute(
+                "SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?", [args.batch]).fetchone()[0]:
+            raise LookupError(f"no batch {args.batch!r} in the ingest log (`inorder status` lists the batches)")
         log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit)
     _print_listing(args, log.total, log.newest, ERROR_HEADER, "errors", "errors", "newest first")
 
@@ -449,9 +485,9 @@ def parser() -> argparse.ArgumentParser:
     from pipelines.spark_server import DEFAULT_IDLE_MINUTES
     from pipelines.status import ERROR_KINDS
 
-    p = argparse.ArgumentParser(prog="inorder", description=__doc__)
+    p = _Parser(prog="inorder", description=__doc__)
     p.add_argument("--version", action="version", version=f"inorder {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     as_json = {"action": "store_true", "help": "one JSON document on stdout (README lists the keys)"}
     g = sub.add_parser("generate", help="write demo batches (the bank's, or the shop's)")
     g.add_argument("--domain", choices=sorted(GENERATORS), default="bank",
@@ -494,12 +530,12 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--batch", metavar="BATCH_ID", help="only the errors of this batch")
     e.add_argument("--since", type=_iso_time, metavar="ISO8601",
                    help="only errors logged at or after this logical time")
-    e.add_argument("--limit", type=int, default=100)
+    e.add_argument("--limit", type=_count, default=100, help="show at most this many (default 100)")
     e.add_argument("--json", **as_json)
     e.set_defaults(func=cmd_errors)
     n = sub.add_parser("pending", help="blocked and parked streams, oldest blocked first")
     n.add_argument("--view")
-    n.add_argument("--limit", type=int, default=20)
+    n.add_argument("--limit", type=_count, default=20, help="show at most this many (default 20)")
     n.add_argument("--json", **as_json)
     n.set_defaults(func=cmd_pending)
     for action in ("retry", "skip"):

@@ -10,6 +10,7 @@ before anything touches the store.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import os
@@ -128,7 +129,10 @@ def view_named(views: tuple[View, ...] | list[View], name: str) -> View:
     for view in views:
         if view.name == name:
             return view
-    raise UnknownView(f"no view named {name!r} (known: {', '.join(v.name for v in views)})")
+    known = [v.name for v in views]
+    close = difflib.get_close_matches(name, known, n=1)
+    raise UnknownView(f"no view named {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                      + f" (known: {', '.join(known)})")
 
 
 def module_sources(spec: str | None = None) -> list[Path]:

@@ -344,3 +344,19 @@ def test_a_home_records_its_views_so_a_new_shell_needs_nothing_exported(tmp_path
     other = inorder(no_views, "init", str(home), "--views", "views")
     assert other.returncode == 1 and "records the views 'shop.views', not 'views'" in other.stderr
     assert (home / "views.txt").read_text().splitlines()[-1] == "shop.views"
+
+
+def test_mistyped_arguments_get_the_clis_own_line_with_a_suggestion(shop_store):
+    env = environment(shop_store, "shop.views")
+    typo = inorder(env, "stauts")
+    assert typo.returncode == 2 and typo.stderr.splitlines()[-1].endswith("did you mean 'status'?")
+    negative = inorder(env, "errors", "--limit", "-1")
+    assert negative.returncode == 2 and negative.stderr.splitlines()[-1] == \
+        "inorder errors: error: argument --limit: -1 is negative: give 0 or more"
+    batch = inorder(env, "errors", "--batch", "nosuch")
+    assert batch.returncode == 1 and batch.stderr.splitlines()[-1] == \
+        "inorder: error: no batch 'nosuch' in the ingest log (`inorder status` lists the batches)"
+    view = inorder(env, "pending", "--view", "orderz")
+    assert view.returncode == 1 and view.stderr.splitlines()[-1] == (
+        "inorder: error: no view named 'orderz'; did you mean 'orders'? (known: customers, order_items, orders, "
+        "shop_daily)")

@@ -75,7 +75,7 @@ def test_a_module_outside_the_repository_runs_through_the_cli_the_same_in_one_ru
     (one / "landing").mkdir(parents=True)
     (one / "landing" / "all.jsonl").write_text("\n".join(lines) + "\n")
     ran = inorder(one, outside, "run", "--now", "2026-03-05T00:00:00Z")
-    assert "ran 1 batches" in ran.stdout
+    assert "ran 1 batch," in ran.stdout
 
     many = tmp_path / "many"
     (many / "landing").mkdir(parents=True)
