@@ -115,7 +115,7 @@ def _home() -> Home:
 
 
 def _print_json(document: object) -> None:
-    """One JSON document on stdout (times as ISO 8601); README lists each command's keys."""
+    """One JSON document on stdout (times as ISO 8601); docs/CLI.md lists each command's keys."""
     def moment(value: object) -> str:
         if isinstance(value, datetime):
             return value.isoformat()
@@ -197,7 +197,7 @@ WRONG_VIEWS_EXIT = 5  # INORDER_VIEWS names none of the store's views, or would 
 
 
 def _run_document(report: CliRun) -> dict:
-    """`inorder run --json` (README lists the keys); the text summary is made from it too."""
+    """`inorder run --json` (docs/CLI.md lists the keys); the text summary is made from it too."""
     batches = [{"batch_id": m["batch_id"], "entry_idx": m.get("entry_idx"), "status": m.get("status"),
                 "records": m.get("records", 0), "malformed": m.get("malformed", 0),
                 "rejected_reason": m.get("rejected_reason"), "unrouted": m.get("unrouted_by_stream_type") or {}}
@@ -488,7 +488,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="inorder", description=__doc__)
     p.add_argument("--version", action="version", version=f"inorder {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    as_json = {"action": "store_true", "help": "one JSON document on stdout (README lists the keys)"}
+    as_json = {"action": "store_true", "help": "one JSON document on stdout (docs/CLI.md lists the keys)"}
     g = sub.add_parser("generate", help="write demo batches (the bank's, or the shop's)")
     g.add_argument("--domain", choices=sorted(GENERATORS), default="bank",
                    help="bank: account streams (views/); shop: order and customer streams (shop/views/)")

@@ -280,7 +280,7 @@ def shadow_line(s: ViewStatus) -> str:
 
 def status_document(status: StoreStatus, positions: list[Position] | str | None) -> dict:
     """`inorder status --json`: what format_status prints, and where PostgreSQL stands (`read_positions`:
-    None when publishing is not configured, the error's text when PostgreSQL cannot be read). README
+    None when publishing is not configured, the error's text when PostgreSQL cannot be read). docs/CLI.md
     lists the keys."""
     return {
         "logical_time": status.logical_time,
