@@ -22,6 +22,8 @@ from pipelines.run import rebuild, run
 from pipelines.store import Home
 from shop.generator import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
+from tests.harness import entry_time, write_batch
+from tests.holds_views import DELETES_STORED_ROWS, HOLDS
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 
@@ -125,6 +127,23 @@ def test_a_delta_carries_only_the_rows_its_pass_changed(spark, tmp_path, target,
     assert all(p.mode == "delta" for p in report.projection.publications)
     assert 0 < sent["orders"] < total["orders"] and sent["order_items"] < total["order_items"]
     assert pg_tables(target) == tables
+
+
+def test_a_delta_deletes_the_rows_its_pass_deleted_down_to_a_streams_last_row(spark, tmp_path, target):
+    """A view that deletes (tests/holds_views.py): rows DuckDB held are deleted by later runs, a stream's
+    last keyed row included, and each delta deletes them in PostgreSQL too."""
+    home = Home(tmp_path / "home").ensure()
+    holds_after, modes = [], []
+    for entry in DELETES_STORED_ROWS:
+        write_batch(home, entry)
+        report = run(spark, home, [HOLDS], now=entry_time(entry))
+        assert report.projection.publish_error is None
+        modes += [p.mode for p in report.projection.publications]
+        assert pg_tables(target, [HOLDS]) == duck_tables(home, [HOLDS])
+        holds_after.append([row[:2] for row in pg_tables(target, [HOLDS])["holds"]])
+    assert modes == ["full", "delta", "delta"]
+    assert holds_after == [[("acct-1", 2), ("acct-2", 2), ("acct-2", 3)], [("acct-2", 3)], []]
+    assert pg_tables(target, [HOLDS])["releases"] == [("acct-1", 1), ("acct-2", 1)]
 
 
 def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_batches, monkeypatch):
