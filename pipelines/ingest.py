@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from pipelines.faults import crash_point
 from pipelines.inspect import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
+from pipelines.planning import SKETCH_SQL
 from pipelines.store import Home, Store, utc_from_us
 
 
@@ -185,6 +186,7 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
             "mtime_ns, records, malformed, normalised, status) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, ?, 'archived')",
             [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, mtime_ns, batch.records,
              len(batch.malformed), batch.messages.num_rows])
+        _record_streams(store, entry_idx, batch)
         crash_point("ingest.registering")
         if batch.malformed:
             con.executemany(
@@ -193,6 +195,18 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
                 [[batch_id, line, raw, why, utc_from_us(t_us), entry_idx] for line, raw, why in batch.malformed])
     crash_point("ingest.registered")
     return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), bytes=size)
+
+
+def _record_streams(store: Store, entry_idx: int, batch: InspectedBatch) -> None:
+    """The batch's distinct streams per stream type, with their sketch (pipelines/planning.py)."""
+    store.con.register("inorder_ingested", batch.messages.select(["stream_type", "stream_id"]))
+    try:
+        store.con.execute(
+            f"INSERT INTO inorder.ingest_streams (entry_idx, stream_type, streams, sketch) "
+            f"SELECT ?, stream_type, count(*), {SKETCH_SQL} "
+            f"FROM (SELECT DISTINCT stream_type, stream_id FROM inorder_ingested) GROUP BY ALL", [entry_idx])
+    finally:
+        store.con.unregister("inorder_ingested")
 
 
 def tick_due(store: Store, t_us: int) -> bool:
