@@ -104,9 +104,13 @@ def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None =
              AND NOT EXISTS (SELECT 1 FROM {layout.state}.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
            GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
     sketches: dict[int, dict[str, StreamSketch]] = {}
-    for entry_idx, stream_type, streams, sketch in store.con.execute(
-            "SELECT entry_idx, stream_type, streams, sketch FROM inorder.ingest_streams "
-            "WHERE list_contains(?, entry_idx)", [[r[0] for r in rows if r[2] == "batch"]]).fetchall():
+    # a store made before ingest_streams, opened read-only (the tick schedule's plan) has no such table
+    recorded = store.con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'inorder' "
+                                 "AND table_name = 'ingest_streams'").fetchone()[0]
+    batch_streams = store.con.execute(
+        "SELECT entry_idx, stream_type, streams, sketch FROM inorder.ingest_streams WHERE list_contains(?, entry_idx)",
+        [[r[0] for r in rows if r[2] == "batch"]]).fetchall() if recorded else []
+    for entry_idx, stream_type, streams, sketch in batch_streams:
         sketches.setdefault(entry_idx, {})[stream_type] = StreamSketch.recorded(sketch, streams)
     subscribes = {v.name: v.subscribes for v in views}
     planned = [PlannedEntry(entry_idx, normalised or 0, _entry_streams(
