@@ -129,21 +129,28 @@ def test_a_delta_carries_only_the_rows_its_pass_changed(spark, tmp_path, target,
     assert pg_tables(target) == tables
 
 
-def test_a_delta_deletes_the_rows_its_pass_deleted_down_to_a_streams_last_row(spark, tmp_path, target):
-    """A view that deletes (tests/holds_views.py): rows DuckDB held are deleted by later runs, a stream's
-    last keyed row included, and each delta deletes them in PostgreSQL too."""
+def test_rows_a_pass_deleted_go_from_postgres_by_a_catch_up_and_by_a_delta(spark, tmp_path, target, monkeypatch):
+    """A view that deletes (tests/holds_views.py), a stream's last keyed row included. Run 2 deletes
+    acct-1's only hold while PostgreSQL is down: run 3's catch-up deletes it there. Run 3 deletes
+    acct-2's last hold: its delta deletes it there."""
     home = Home(tmp_path / "home").ensure()
-    holds_after, modes = [], []
-    for entry in DELETES_STORED_ROWS:
+    first, second, third = DELETES_STORED_ROWS
+
+    def run_entry(entry) -> list[str]:
         write_batch(home, entry)
         report = run(spark, home, [HOLDS], now=entry_time(entry))
-        assert report.projection.publish_error is None
-        modes += [p.mode for p in report.projection.publications]
-        assert pg_tables(target, [HOLDS]) == duck_tables(home, [HOLDS])
-        holds_after.append([row[:2] for row in pg_tables(target, [HOLDS])["holds"]])
-    assert modes == ["full", "delta", "delta"]
-    assert holds_after == [[("acct-1", 2), ("acct-2", 2), ("acct-2", 3)], [("acct-2", 3)], []]
-    assert pg_tables(target, [HOLDS])["releases"] == [("acct-1", 1), ("acct-2", 1)]
+        assert report.projection.entries == 1
+        return [p.mode for p in report.projection.publications]
+
+    assert run_entry(first) == ["full"]
+    assert [row[:2] for row in pg_tables(target, [HOLDS])["holds"]] == [("acct-1", 2), ("acct-2", 2), ("acct-2", 3)]
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", re.sub(r"port=\d+", "port=1", target.dsn))
+    assert run_entry(second) == []
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", target.dsn)
+    assert run_entry(third) == ["catch-up", "delta"]
+    assert pg_tables(target, [HOLDS]) == duck_tables(home, [HOLDS])
+    assert pg_tables(target, [HOLDS]) == {"holds": [], "releases": [("acct-1", 1), ("acct-2", 1)]}
+    assert pg_published(target) == duck_entries(home)
 
 
 def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_batches, monkeypatch):
