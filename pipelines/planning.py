@@ -74,8 +74,8 @@ class StreamSketch:
         # the share of the union both hold: each of the union's smallest hashes is in a side's sketch
         # exactly when that side has the id (fewer than SKETCH_SIZE of its hashes are smaller)
         both = sum(1 for h in smallest if h in self.hashes and h in other.hashes) / len(smallest) if smallest else 0.0
-        return StreamSketch(frozenset(smallest), (self.count + other.count) / (1 + both),
-                            self.unsketched + other.unsketched)
+        count = max((self.count + other.count) / (1 + both), self.count, other.count)  # never below either side
+        return StreamSketch(frozenset(smallest), count, self.unsketched + other.unsketched)
 
     @property
     def streams(self) -> int:
@@ -103,7 +103,7 @@ class PlannedPass:
         return _pairs(self.streams)
 
     def over(self, bounds: PassBounds) -> bool:
-        """Over a bound: an entry that alone exceeds it."""
+        """Over a bound: its first entry alone exceeds it."""
         return self.records > bounds.records or self.pairs > bounds.pairs
 
 
@@ -120,12 +120,14 @@ def _with(streams: dict[str, StreamSketch], entry: PlannedEntry) -> dict[str, St
 
 def cut_passes(entries: Sequence[PlannedEntry], bounds: PassBounds) -> list[PlannedPass]:
     """The entries, in order, in as few passes as the bounds allow: a pass takes the next entry while
-    it stays within both bounds; an entry over a bound by itself makes a pass alone."""
+    it stays within both bounds, or while the entry adds nothing to the bound it is over (an entry over
+    a bound by itself starts a pass that only ticks and entries of the same streams join)."""
     passes: list[PlannedPass] = []
     for entry in entries:
         current = passes[-1] if passes else None
         streams = _with(current.streams, entry) if current else {}
-        if current is None or current.records + entry.records > bounds.records or _pairs(streams) > bounds.pairs:
+        if current is None or (current.records + entry.records > bounds.records and entry.records) or (
+                _pairs(streams) > bounds.pairs and _pairs(streams) > current.pairs):
             current, streams = PlannedPass(), dict(entry.streams)
             passes.append(current)
         current.entries.append(entry)

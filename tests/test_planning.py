@@ -69,13 +69,18 @@ def test_records_still_cut_passes():
     assert [len(p.entries) for p in cut_passes(same, PassBounds(records=1000))] == [2, 2, 1]
 
 
-def test_a_batch_over_the_bound_is_a_pass_alone_and_says_so():
+def test_a_batch_over_the_bound_makes_a_pass_that_only_entries_adding_nothing_join():
     bounds = PassBounds(pairs=100)
-    entries = [batch(1, 5, accounts=ids(0, 5)), batch(2, 500, accounts=ids(0, 500)), batch(3, 5, accounts=ids(0, 5))]
+    tick = PlannedEntry(3, 0)
+    entries = [batch(1, 5, accounts=ids(0, 5)), batch(2, 500, accounts=ids(0, 500)), tick,
+               batch(4, 50, accounts=ids(100, 150)), batch(5, 5, accounts=ids(500, 505))]
     passes = cut_passes(entries, bounds)
-    assert shape(passes) == [([1], 5), ([2], 500), ([3], 5)]
+    assert shape(passes) == [([1], 5), ([2, 3, 4], 500), ([5], 5)]
     assert [p.over(bounds) for p in passes] == [False, True, False]
-    assert cut_passes(entries[:1], PassBounds(records=4))[0].over(PassBounds(records=4))
+    by_records = cut_passes([batch(1, 5, accounts=ids(0, 1)), tick, batch(6, 1, accounts=ids(0, 1))],
+                            PassBounds(records=4))
+    assert [([e.entry_idx for e in p.entries], p.over(PassBounds(records=4))) for p in by_records] == [
+        ([1, 3], True), ([6], False)]
 
 
 def test_bounds_from_the_environment(monkeypatch):
