@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from pipelines.faults import crash_point
 from pipelines.inspect import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
+from pipelines.planning import SKETCH_SQL
 from pipelines.store import Home, Store, utc_from_us
 
 
@@ -191,6 +192,7 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
             "VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, ?, 'archived', MAP(?::VARCHAR[], ?::BIGINT[]), ?)",
             [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, mtime_ns, batch.records,
              len(batch.malformed), batch.messages.num_rows, list(types), list(types.values()), reingest_of])
+        _record_streams(store, entry_idx, batch)
         crash_point("ingest.registering")
         if batch.malformed:
             con.executemany(
@@ -206,6 +208,18 @@ def stream_type_counts(messages: pa.Table) -> dict[str, int]:
     """Normalised messages per stream type (a message without one counts under '')."""
     counts = pc.value_counts(pc.fill_null(messages["stream_type"], "")) if messages.num_rows else []
     return {c["values"].as_py(): c["counts"].as_py() for c in counts}
+
+
+def _record_streams(store: Store, entry_idx: int, batch: InspectedBatch) -> None:
+    """The batch's distinct streams per stream type, with their sketch (pipelines/planning.py)."""
+    store.con.register("inorder_ingested", batch.messages.select(["stream_type", "stream_id"]))
+    try:
+        store.con.execute(
+            f"INSERT INTO inorder.ingest_streams (entry_idx, stream_type, streams, sketch) "
+            f"SELECT ?, stream_type, count(*), {SKETCH_SQL} "
+            f"FROM (SELECT DISTINCT stream_type, stream_id FROM inorder_ingested) GROUP BY ALL", [entry_idx])
+    finally:
+        store.con.unregister("inorder_ingested")
 
 
 def tick_due(store: Store, t_us: int) -> bool:

@@ -20,6 +20,11 @@ ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS mtime_ns BIGINT;
 ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS stream_types MAP(VARCHAR, BIGINT);
 ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS reingest_of BIGINT;
 CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
+-- added later (stores made before it get it on open, empty): each archived batch's distinct streams per
+-- stream type, and a sketch of them, for planning passes without reading the archive (pipelines/planning.py)
+CREATE TABLE IF NOT EXISTS inorder.ingest_streams (
+    entry_idx BIGINT NOT NULL, stream_type VARCHAR NOT NULL, streams BIGINT NOT NULL, sketch UBIGINT[] NOT NULL,
+    PRIMARY KEY (entry_idx, stream_type));
 """
 
 # The views' projection state, per view: in schema `inorder` for the live views, and in a schema of

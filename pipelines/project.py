@@ -29,6 +29,7 @@ from pipelines.ingest import archive_path
 from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.message import Message
 from pipelines.order import HandlerBug, PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.planning import PassBounds, PlannedEntry, StreamSketch, cut_passes
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, is_local, mark_used, ship_code, shuffle_partitions
 from pipelines.layout import LIVE, Layout
@@ -78,18 +79,21 @@ class PassPlan:
     # (entry_idx, stream_type) -> messages archived for it, filled by `load_inputs` (for the ledger's
     # unrouted count, after the store was let go during the Spark work)
     message_counts: dict[tuple[int, str], int] = field(default_factory=dict)
+    pairs: int = 0  # the (view, stream) pairs its entries bring, as planned (pipelines/planning.py)
+    over_bounds: bool = False  # one entry that alone exceeds the pass bounds
 
     @property
     def view_entries(self) -> list[tuple[str, int]]:
         return [(v, e.entry_idx) for v, es in self.by_view.items() for e in es]
 
 
-def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_000,
+def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None = None,
                 layout: Layout = LIVE) -> list[PassPlan]:
-    """Uncommitted entries per view, in ingest order, cut into passes of at most `max_records`.
-
-    Every pass loads the state of the streams it touches, so fewer, larger passes cost less; the
-    bound keeps one pass's shuffle and its output files to a size a 2-core machine handles well."""
+    """Uncommitted entries per view, in ingest order, cut into passes within `bounds` (default: from
+    the environment, `PassBounds.from_env`) by their records and the (view, stream) pairs they bring
+    (pipelines/planning.py). Not counted: the buffered streams a pass walks only because a gap timer is
+    due or a buffer is over max_pending."""
+    views = list(views)
     names = [v.name for v in views]
     rows = store.con.execute(
         f"""SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
@@ -99,19 +103,51 @@ def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_00
              AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = v.view)
              AND NOT EXISTS (SELECT 1 FROM {layout.state}.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
            GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
-    passes: list[PassPlan] = []
-    current, size = None, 0
-    for entry_idx, batch_id, kind, received_at, normalised, target_view, target_stream, todo in rows:
-        if current is None or (size + (normalised or 0) > max_records and current.entries):
-            current, size = PassPlan([]), 0
-            passes.append(current)
-        size += normalised or 0
-        current.entries.append({"entry_idx": entry_idx, "batch_id": batch_id, "kind": kind,
-                                "target_view": target_view, "target_stream": target_stream})
-        entry = PassEntry(entry_idx, batch_id, kind, us_from_utc(received_at), target_stream)
-        for view in todo:
-            current.by_view.setdefault(view, []).append(entry)
+    sketches: dict[int, dict[str, StreamSketch]] = {}
+    # a store made before ingest_streams, opened read-only (the tick schedule's plan) has no such table
+    recorded = store.con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'inorder' "
+                                 "AND table_name = 'ingest_streams'").fetchone()[0]
+    batch_streams = store.con.execute(
+        "SELECT entry_idx, stream_type, streams, sketch FROM inorder.ingest_streams WHERE list_contains(?, entry_idx)",
+        [[r[0] for r in rows if r[2] == "batch"]]).fetchall() if recorded else []
+    for entry_idx, stream_type, streams, sketch in batch_streams:
+        sketches.setdefault(entry_idx, {})[stream_type] = StreamSketch.recorded(sketch, streams)
+    subscribes = {v.name: v.subscribes for v in views}
+    planned = [PlannedEntry(entry_idx, normalised or 0, _entry_streams(
+        kind, normalised or 0, sketches.get(entry_idx), {view: subscribes[view] for view in todo}))
+        for entry_idx, _, kind, _, normalised, _, _, todo in rows]
+    by_idx = {r[0]: r for r in rows}
+    bounds = bounds or PassBounds.from_env()
+    passes = []
+    for cut in cut_passes(planned, bounds):
+        plan = PassPlan([], pairs=cut.pairs, over_bounds=cut.over(bounds))
+        for planned_entry in cut.entries:
+            entry_idx, batch_id, kind, received_at, _, target_view, target_stream, todo = by_idx[planned_entry.entry_idx]
+            plan.entries.append({"entry_idx": entry_idx, "batch_id": batch_id, "kind": kind,
+                                 "target_view": target_view, "target_stream": target_stream})
+            entry = PassEntry(entry_idx, batch_id, kind, us_from_utc(received_at), target_stream)
+            for view in todo:
+                plan.by_view.setdefault(view, []).append(entry)
+        passes.append(plan)
     return passes
+
+
+def _entry_streams(kind: str, records: int, by_type: dict[str, StreamSketch] | None,
+                   subscribes: dict[str, tuple[str, ...]]) -> dict[str, StreamSketch]:
+    """The streams an entry brings to each view that has it to do: a batch's streams of the types the
+    view subscribes to (a batch of a store made before sketches were recorded: at most one per record),
+    the target stream of an operator's action, none for a tick."""
+    if kind in ("retry", "skip"):
+        return {view: StreamSketch(unsketched=1) for view in subscribes}
+    if kind != "batch" or not records:
+        return {}
+    if by_type is None:
+        return {view: StreamSketch(unsketched=records) for view in subscribes}
+    out = {}
+    for view, types in subscribes.items():
+        for sketch in (by_type[t] for t in types if t in by_type):
+            out[view] = out[view].union(sketch) if view in out else sketch
+    return out
 
 
 # A buffered stream (pending p, watermark w) the entry at l.t_us must walk even without new messages: its

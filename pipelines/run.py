@@ -219,6 +219,10 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
 
     for i, plan in enumerate(plans, start=1):
         started, label, starts_before = time.perf_counter(), f"pass {i}/{len(plans)}", stats.spark_start_seconds
+        if plan.over_bounds:
+            progress(f"{label}: batch {plan.entries[0]['batch_id']} alone brings about {plan.pairs:,} (view, stream) "
+                     "pairs or more records than a pass takes (INORDER_PASS_STREAMS, INORDER_PASS_RECORDS); a batch "
+                     "is never split, so this pass takes it whole")
         with stage_progress(label, progress):
             out = run_pass(session, store, home, list(selected), plan, first_seq, layout, let_writers_in)
         spark_done = time.perf_counter()

@@ -38,7 +38,6 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "2g",  # local mode: the one JVM; pass output goes to files, not its heap
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
@@ -109,7 +108,52 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         # process it serves, for the supervisor to end the daemon once the process has exited
         session.addArtifacts(str(warm_files.client), file=True)
         session._inorder_warm = warm_files
+    _set_shuffle_partitions(session)
     return session
+
+
+LOCAL_SHUFFLE_PARTITIONS = 4  # one machine: a few tasks per core of a small one, each with a Python worker
+TASKS_PER_CORE = 2  # Spark's tuning guide: 2-3 tasks per core, so a slow partition does not leave cores idle
+# what says how many cores a cluster gives the application, read from the session's settings
+CORES_SETTINGS = ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.cores.max",
+                  "spark.executor.instances", "spark.executor.cores", "spark.dynamicAllocation.enabled",
+                  "spark.dynamicAllocation.maxExecutors")
+
+
+def planned_shuffle_partitions(conf: Mapping[str, str | None], local: bool, live_cores: int | None = None) -> int:
+    """How many partitions a session's shuffles (and the pass's walk) get. `conf` holds the settings of
+    CORES_SETTINGS the user (or the cluster's spark-defaults.conf) set, None for the others; `live_cores`
+    is the cores the cluster's executors hold now, where Spark says (a classic session).
+
+    The user's `spark.sql.shuffle.partitions` wins. A local session keeps LOCAL_SHUFFLE_PARTITIONS. On
+    a cluster: `spark.default.parallelism` when set, else TASKS_PER_CORE times the cores the settings
+    give the application (`spark.cores.max`, or executors times `spark.executor.cores`; with dynamic
+    allocation, its `maxExecutors`), else times `live_cores`, else LOCAL_SHUFFLE_PARTITIONS."""
+    def number(key: str) -> int | None:
+        value = conf.get(key)
+        return int(value) if value not in (None, "") else None
+
+    if number("spark.sql.shuffle.partitions"):
+        return number("spark.sql.shuffle.partitions")
+    if local:
+        return LOCAL_SHUFFLE_PARTITIONS
+    if number("spark.default.parallelism"):
+        return number("spark.default.parallelism")
+    dynamic = (conf.get("spark.dynamicAllocation.enabled") or "").strip().lower() == "true"
+    executors = number("spark.dynamicAllocation.maxExecutors" if dynamic else "spark.executor.instances")
+    cores = number("spark.cores.max") or (executors * (number("spark.executor.cores") or 1) if executors else None)
+    cores = cores or live_cores
+    return TASKS_PER_CORE * cores if cores else LOCAL_SHUFFLE_PARTITIONS
+
+
+def _set_shuffle_partitions(spark: SparkSession) -> None:
+    """Sets the session's `spark.sql.shuffle.partitions` to `planned_shuffle_partitions`, unless the user set it."""
+    conf = {key: spark.conf.get(key, None) for key in CORES_SETTINGS}
+    if conf["spark.sql.shuffle.partitions"]:
+        return
+    # a classic session's default parallelism is its executors' cores (at least 2), once they registered
+    live = None if is_connect(spark) or is_local(spark) else spark.sparkContext.defaultParallelism
+    spark.conf.set("spark.sql.shuffle.partitions", str(planned_shuffle_partitions(conf, is_local(spark), live)))
 
 
 def _code_version_session(warm: ServerState) -> str:
@@ -207,7 +251,8 @@ def _stage_line() -> str | None:
 
 
 def shuffle_partitions(spark: SparkSession) -> int:
-    return int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    """The session's shuffle partitions (`planned_shuffle_partitions` for a session of `spark_session`)."""
+    return int(spark.conf.get("spark.sql.shuffle.partitions") or LOCAL_SHUFFLE_PARTITIONS)
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -27,9 +27,9 @@ from pipelines.view import View
 
 # Names a view's table may not take: the engine's own tables, the temporary tables a pass creates on
 # the same connection (they would shadow a view table of that name), and the PostgreSQL publication's.
-ENGINE_TABLE_NAMES = frozenset({"ingest_log", *STATE_TABLES})
+ENGINE_TABLE_NAMES = frozenset({"ingest_log", "ingest_streams", *STATE_TABLES})
 TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_limits", "pass_streams",
-                              "pass_prev", "pass_out"})
+                              "pass_prev", "pass_out", "inorder_ingested"})
 RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
 
 OUTCOME_COLUMNS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")

@@ -6,10 +6,11 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.harness import assert_same_store, fresh_home, read_store, run_entries
+from tests.holds_views import DELETES_STORED_ROWS, HOLDS
 from tests.reference_model import Entry, run_model
 from tests.strategies import resplit, scenarios
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
@@ -29,9 +30,12 @@ def engine_store(spark, views, entries, refused: list | None = None):
 
 
 @SETTINGS
+@example(entries=DELETES_STORED_ROWS)
 @given(entries=scenarios(max_streams=3, max_events=25))
 def test_engine_matches_reference_model(spark, entries):
-    assert_same_store(engine_store(spark, BANK_VIEWS, entries), run_model(entries, BANK_VIEWS))
+    """The bank's views, and a view that deletes rows (tests/holds_views.py) through Spark and the commit."""
+    views = [*BANK_VIEWS, HOLDS]
+    assert_same_store(engine_store(spark, views, entries), run_model(entries, views))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))

@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 
 from pipelines.inspect import SourceMapping
 from pipelines.testing import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
+from tests.builders import T0, batch, dep, opened, wd
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
 from tests.harness import across_passes
+from tests.holds_views import HOLDS
 from tests.reference_model import Entry, RunFailed, last_line, run_model, split_lines
 from tests.shop_strategies import shop_scenarios
 from tests.strategies import hard_scenarios
-from pipelines.view import Reject, Table, View
+from pipelines.view import Reject
 from views import accounts as accounts_view
 from views.money import amount_of
 
@@ -89,7 +91,9 @@ def image(store: ReplayedStore, views) -> dict[str, list[dict]]:
 ENTRIES_PER_PASS = st.sampled_from([1, 1, 2, 3, 8])
 
 
-def assert_replay_equals_model(views, entries: list[Entry], first_seq: int = 1, entries_per_pass: int = 1) -> None:
+def assert_replay_equals_model(views, entries: list[Entry], first_seq: int = 1,
+                               entries_per_pass: int = 1) -> ReplayedStore:
+    """Asserts the replay equals the model, and returns the replay."""
     refused: list = []
     model = run_model(entries, views, first_seq=first_seq, refused=refused)
     replayed = replay_entries(views, replay_entries_of(entries), SourceMapping(first_seq=first_seq),
@@ -104,6 +108,7 @@ def assert_replay_equals_model(views, entries: list[Entry], first_seq: int = 1, 
         assert [{k: row.get(k) for k in w} for row, w in zip(have, want)] == want, name
         assert len(have) == len(want), f"{name}: replay has {len(have)} rows, the model {len(want)}"
     assert [(v, s) for v, s, _ in replayed.refused] == refused
+    return replayed
 
 
 def _order(row: dict) -> str:
@@ -123,39 +128,6 @@ def test_the_engines_core_equals_the_model_on_hard_bank_scenarios(variant, data,
 @given(entries=shop_scenarios(max_streams=4, max_events=30), per_pass=ENTRIES_PER_PASS)
 def test_the_engines_core_equals_the_model_on_the_shop(entries, per_pass):
     assert_replay_equals_model(SHOP_VIEWS, entries, entries_per_pass=per_pass)
-
-
-# A view that uses the rest of the table API: a keyed table's `delete` and `all`, several rows per
-# stream (each deposit is a hold; a withdrawal releases the oldest, or refuses when there is none).
-HOLDS = View(
-    name="holds",
-    tables=(Table("holds", {"account_id": "VARCHAR", "seq": "BIGINT", "amount": "DECIMAL(18,2)"},
-                  ("account_id", "seq"), stream_key="account_id"),
-            Table("releases", {"account_id": "VARCHAR", "n": "BIGINT"}, ("account_id",), kind="aggregate")),
-    subscribes=("account",), on_error="park")
-
-
-@HOLDS.handles("Deposited")
-def hold(event, tables) -> None:
-    tables.holds.put({"account_id": event.stream_id, "seq": event.seq, "amount": amount_of(event)})
-
-
-@HOLDS.handles("Withdrawn")
-def release(event, tables) -> None:
-    held = tables.holds.all()
-    if not held:
-        raise Reject("nothing is held")
-    oldest = min(held, key=lambda row: row["seq"])
-    tables.holds.delete(event.stream_id, oldest["seq"])
-    tables.releases.add({"account_id": event.stream_id}, n=1)
-
-
-@HOLDS.handles("AccountClosed")
-def close(event, tables) -> None:
-    for row in tables.holds.all():
-        tables.holds.delete(row["account_id"], row["seq"])
-    if tables.holds.get(event.stream_id, 1) is not None:
-        raise RuntimeError("a deleted row is still there")  # a bug: parks the stream
 
 
 def buggy(event, tables) -> None:
@@ -198,6 +170,71 @@ def test_the_engines_core_equals_the_model_on_a_view_that_deletes(data, per_pass
     assert_replay_equals_model([HOLDS, accounts_view.VIEW], [dataclasses.replace(e, target_view="holds")
                                                              if e.kind in ("retry", "skip") else e for e in entries],
                                entries_per_pass=per_pass)
+
+
+def count_then_fail(event, tables) -> None:
+    """Counts the message in an aggregate before it finds it cannot apply it: a bug on every fifth seq,
+    a refusal of a withdrawal over 100 (or of an amount that is not one). The increment must go with
+    the failed handler's other writes, and a retry that fails again must not add it a second time."""
+    tables.releases.add({"account_id": event.stream_id}, n=1)
+    if event.seq % 5 == 0:
+        raise ZeroDivisionError("a bug in the view")
+    if event.event_type == "Withdrawn" and amount_of(event) > 100:
+        raise Reject("too much at once")
+
+
+COUNTS = dataclasses.replace(HOLDS, name="counts", handlers={"Deposited": count_then_fail,
+                                                             "Withdrawn": count_then_fail})
+
+
+def counted(store: ReplayedStore) -> int:
+    return sum(row["n"] for row in store.tables["releases"])
+
+
+def applied(store: ReplayedStore, view: str) -> int:
+    return sum(row["applied"] for row in store.batches if row["view"] == view)
+
+
+@FAST
+@given(data=st.data(), on_error=st.sampled_from(["skip", "park"]), on_bug=st.sampled_from(["park", "skip"]),
+       per_pass=ENTRIES_PER_PASS)
+def test_the_engines_core_equals_the_model_on_a_view_that_adds_to_an_aggregate_then_fails(
+        data, on_error, on_bug, per_pass):
+    """Every handled message adds 1 before its handler may fail (parked streams are retried and skipped at
+    random): the aggregate counts exactly the messages applied, whichever failed, how often and how."""
+    view = dataclasses.replace(COUNTS, on_error=on_error, on_bug=on_bug)
+    entries = data.draw(hard_scenarios(["acct-1", "acct-2", "100"]))
+    entries = [dataclasses.replace(e, target_view="counts") if e.kind in ("retry", "skip") else e for e in entries]
+    replayed = assert_replay_equals_model([view], entries, entries_per_pass=per_pass)
+    assert counted(replayed) == applied(replayed, "counts")
+
+
+def test_a_handler_that_adds_to_an_aggregate_then_fails_adds_nothing_however_often_it_is_retried():
+    view = dataclasses.replace(COUNTS, on_error="park")
+    operator = [Entry(kind, "", T0 + t, target_view="counts", target_stream="a")
+                for kind, t in (("retry", 10), ("retry", 20), ("skip", 30))]
+    entries = [batch(1, 0, opened("a"), dep("a", 2, 5), wd("a", 3, 500), dep("a", 4, 1)), *operator]
+    parked = assert_replay_equals_model([view], entries[:3])  # seq 3 refused three times: the stream waits
+    assert counted(parked) == applied(parked, "counts") == 1
+    assert [(e["seq"], e["attempt"]) for e in parked.errors] == [(3, 1), (3, 2), (3, 3)]
+    skipped = assert_replay_equals_model([view], entries)  # skipped: seq 4 applies, and counts once
+    assert counted(skipped) == applied(skipped, "counts") == 2
+    assert skipped.tables["releases"] == [{"account_id": "a", "n": 2}]
+
+
+@pytest.mark.parametrize("arrives_after, reason", [(600.0, "timeout"), (599.0, "capacity")])
+def test_a_due_timeout_and_a_full_buffer_in_the_same_walk_skip_the_gap_as_a_timeout(arrives_after, reason):
+    """DESIGN §2: the gap timer is looked at first, so a gap whose timer is due when the buffer also
+    goes over `max_pending` is a `timeout`; a second earlier, the same buffer skips it as `capacity`."""
+    small = dataclasses.replace(accounts_view.VIEW, max_pending=2)  # gap_timeout 600 s
+    entries = [batch(1, 0, opened("a"), dep("a", 3, 3), dep("a", 4, 4)),
+               batch(2, arrives_after, dep("a", 6, 6))]  # 3 waiting: one more than max_pending
+    replayed = assert_replay_equals_model([small], entries)
+    (gap,) = replayed.gaps
+    assert (gap["first_missing"], gap["last_missing"], gap["reason"], gap["batch_id"]) == (2, 2, reason, "b2")
+    assert gap["waited_seconds"] == arrives_after
+    (watermark,) = replayed.watermarks  # seq 5's gap starts its own timer, and one waiting is within max_pending
+    assert (watermark["last_seq"], watermark["blocked_at"], watermark["pending_count"]) == (4, 5, 1)
 
 
 def test_a_second_copy_that_differs_only_in_occurred_at_or_event_id_is_a_conflict():

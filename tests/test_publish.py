@@ -22,6 +22,8 @@ from pipelines.run import rebuild, run
 from pipelines.store import Home
 from shop.generator import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
+from tests.harness import entry_time, write_batch
+from tests.holds_views import DELETES_STORED_ROWS, HOLDS
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 
@@ -125,6 +127,30 @@ def test_a_delta_carries_only_the_rows_its_pass_changed(spark, tmp_path, target,
     assert all(p.mode == "delta" for p in report.projection.publications)
     assert 0 < sent["orders"] < total["orders"] and sent["order_items"] < total["order_items"]
     assert pg_tables(target) == tables
+
+
+def test_rows_a_pass_deleted_go_from_postgres_by_a_catch_up_and_by_a_delta(spark, tmp_path, target, monkeypatch):
+    """A view that deletes (tests/holds_views.py), a stream's last keyed row included. Run 2 deletes
+    acct-1's only hold while PostgreSQL is down: run 3's catch-up deletes it there. Run 3 deletes
+    acct-2's last hold: its delta deletes it there."""
+    home = Home(tmp_path / "home").ensure()
+    first, second, third = DELETES_STORED_ROWS
+
+    def run_entry(entry) -> list[str]:
+        write_batch(home, entry)
+        report = run(spark, home, [HOLDS], now=entry_time(entry))
+        assert report.projection.entries == 1
+        return [p.mode for p in report.projection.publications]
+
+    assert run_entry(first) == ["full"]
+    assert [row[:2] for row in pg_tables(target, [HOLDS])["holds"]] == [("acct-1", 2), ("acct-2", 2), ("acct-2", 3)]
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", re.sub(r"port=\d+", "port=1", target.dsn))
+    assert run_entry(second) == []
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", target.dsn)
+    assert run_entry(third) == ["catch-up", "delta"]
+    assert pg_tables(target, [HOLDS]) == duck_tables(home, [HOLDS])
+    assert pg_tables(target, [HOLDS]) == {"holds": [], "releases": [("acct-1", 1), ("acct-2", 1)]}
+    assert pg_published(target) == duck_entries(home)
 
 
 def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_batches, monkeypatch):

@@ -68,3 +68,44 @@ def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypat
     names = zipfile.ZipFile(sp.code_zip()).namelist()
     assert {"pipelines/project.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
     assert "views/accounts.py" not in names  # the bank's views are not this deployment's
+
+
+@pytest.mark.parametrize("conf, local, live_cores, partitions", [
+    ({}, True, None, sp.LOCAL_SHUFFLE_PARTITIONS),  # local: today's few partitions, whatever the machine
+    ({"spark.sql.shuffle.partitions": "7"}, True, None, 7),  # the user's setting wins, local or not
+    ({"spark.sql.shuffle.partitions": "7", "spark.default.parallelism": "64"}, False, 16, 7),
+    ({"spark.default.parallelism": "64", "spark.cores.max": "8"}, False, 16, 64),
+    ({"spark.cores.max": "8", "spark.executor.instances": "10", "spark.executor.cores": "4"}, False, 16, 16),
+    ({"spark.executor.instances": "10", "spark.executor.cores": "4"}, False, 2, 80),
+    ({"spark.executor.instances": "10"}, False, None, 20),  # one core per executor unless it says more
+    ({"spark.dynamicAllocation.enabled": "true", "spark.dynamicAllocation.maxExecutors": "6",
+      "spark.executor.instances": "2", "spark.executor.cores": "3"}, False, None, 36),  # its largest size
+    ({"spark.dynamicAllocation.enabled": "true", "spark.executor.cores": "3"}, False, 5, 10),  # no size: live cores
+    ({"spark.sql.shuffle.partitions": ""}, False, 12, 24),  # an empty setting is no setting
+    ({}, False, None, sp.LOCAL_SHUFFLE_PARTITIONS),  # a Connect session on a cluster that says nothing
+])
+def test_shuffle_partitions_follow_the_clusters_cores_unless_the_user_set_them(conf, local, live_cores, partitions):
+    settings = {key: conf.get(key) for key in sp.CORES_SETTINGS}
+    assert sp.planned_shuffle_partitions(settings, local, live_cores) == partitions
+
+
+def test_a_session_gets_its_planned_shuffle_partitions_unless_the_user_set_them():
+    class Conf(dict):
+        def get(self, key, default=None):
+            return super().get(key, default)
+
+        def set(self, key, value):
+            self[key] = value
+
+    def session(**conf):
+        return SimpleNamespace(conf=Conf(conf), sparkContext=SimpleNamespace(master="yarn", defaultParallelism=3))
+
+    remote = session(**{"spark.executor.instances": "5", "spark.executor.cores": "2"})
+    sp._set_shuffle_partitions(remote)
+    assert remote.conf["spark.sql.shuffle.partitions"] == "20" and sp.shuffle_partitions(remote) == 20
+    unsized = session()
+    sp._set_shuffle_partitions(unsized)
+    assert sp.shuffle_partitions(unsized) == 6  # the executors' cores Spark counts now
+    chosen = session(**{"spark.sql.shuffle.partitions": "9", "spark.executor.instances": "5"})
+    sp._set_shuffle_partitions(chosen)
+    assert sp.shuffle_partitions(chosen) == 9
