@@ -101,3 +101,38 @@ def land(files: list[Path], landing: Path) -> None:
 
 def jsonl_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.jsonl"))
+
+
+def _account_events(path: Path, stream_ids: range, seqs: range) -> None:
+    """Bank events for `wide-<i>` accounts: seq 1 opens the account, every later seq deposits 10."""
+    def line(stream: str, seq: int) -> str:
+        kind, payload = ("AccountOpened", '{"owner": "Ada"}') if seq == 1 else ("Deposited", '{"amount": 10.0}')
+        return (f'{{"stream_id": "{stream}", "seq": {seq}, "type": "{kind}", "payload": {payload}, '
+                f'"occurred_at": "2026-11-01T00:{seq:02d}:00Z", "event_id": "{stream}-{seq}"}}\n')
+
+    partial = path.with_suffix(".tmp")
+    with open(partial, "w") as out:
+        for i in stream_ids:
+            stream = f"wide-{i:07d}"
+            out.write("".join(line(stream, seq) for seq in seqs))
+    partial.replace(path)
+
+
+def wide_batches(cache: Path, streams: int) -> tuple[Path, Path]:
+    """The wide pass's inputs (bench/side_by_side.py, bench/commit_keys.py): `streams` accounts with
+    seq 1–2 (the store), then seq 3 for every one of them (the pass)."""
+    folder = cache / f"wide-{streams}"
+    folder.mkdir(parents=True, exist_ok=True)
+    store, wide = folder / "wide-1-store.jsonl", folder / "wide-2-pass.jsonl"
+    for path, seqs in ((store, range(1, 3)), (wide, range(3, 4))):
+        if not path.exists():
+            _account_events(path, range(streams), seqs)
+    return store, wide
+
+
+def growth_batch(cache: Path, streams: int, touched: int) -> Path:
+    """After the wide pass: seq 4 for the first `touched` of its `streams` accounts (the store_growth pass)."""
+    path = cache / f"wide-{streams}" / f"wide-3-growth-{touched}.jsonl"
+    if not path.exists():
+        _account_events(path, range(min(touched, streams)), range(4, 5))
+    return path

@@ -22,6 +22,11 @@ TARGETS = {
     "freshness_cli_cold_s": ("<=", 12.0),
     "freshness_dagster_s": ("<=", 10.0),
     "state_peer_ratio": (">=", 2.0),
+    # issue 22, side by side with c8cd829 (bench/side_by_side.py): new / old, and the new side's driver
+    "wide_pass_1m_ratio": ("<=", 0.3),
+    "wide_pass_600k_ratio": ("<=", 0.5),
+    "wide_pass_driver_rss_gib": ("<=", 1.0),
+    "store_growth_ratio": ("<=", 1.2),
 }
 
 
@@ -32,7 +37,7 @@ def met(key: str, value: float | None) -> bool | None:
     return value <= bound if op == "<=" else value >= bound
 
 
-def _target(key: str) -> str:
+def target_text(key: str) -> str:
     op, bound = TARGETS[key]
     return f"{'≤' if op == '<=' else '≥'} {bound:,g}"
 
@@ -98,7 +103,7 @@ def table_rows(cases: dict) -> list[dict]:
 
     def row(case: str, figure: str, ratio: float | None = None, key: str | None = None) -> None:
         ok = met(key, ratio) if key else None
-        rows.append({"case": case, "figure": figure, "ratio": ratio, "target": _target(key) if key else "",
+        rows.append({"case": case, "figure": figure, "ratio": ratio, "target": target_text(key) if key else "",
                      "met": ok, "target_key": key})
 
     bulk = cases.get("bulk", [])
@@ -220,10 +225,10 @@ def chart(cases: dict, rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write(results: dict, folder: Path, stamp: str) -> tuple[Path, Path]:
+def write(results: dict, folder: Path, stamp: str, latest: str = "latest.json") -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{stamp}.json"
     text = json.dumps(results, indent=1, default=str)
     path.write_text(text)
-    (folder / "latest.json").write_text(text)
-    return path, folder / "latest.json"
+    (folder / latest).write_text(text)
+    return path, folder / latest

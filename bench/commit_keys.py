@@ -1,0 +1,146 @@
+"""Issue 22 item 3: the same commit onto a store with its PRIMARY KEYs and onto a copy without them.
+
+    python -m bench.commit_keys                     # a store of 1M streams (about 15 min on 2 cores)
+    python -m bench.commit_keys --streams 100000
+
+A store of S `wide-<i>` accounts with seq 1–2 each (data.wide_batches) is built once, then copied
+twice: one copy as it is, and one whose `inorder.watermarks`, `inorder.pending` and keyed and
+append view tables are rebuilt without their PRIMARY KEY (aggregate tables keep theirs: their
+commit is an upsert on it). On each copy, the same pass (seq 3 for every stream) runs in the same
+Spark session, and the commit is timed: the engine's commit seconds (ProjectionStats), and of
+them the COMMIT statement alone; then the two stores are compared table by table. This checkout's
+engine runs; the scratch folder is removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import pipelines.run
+from bench import data
+from bench.bulk import T0
+from bench.data import BANK_VIEWS, land
+from bench.side_by_side import compare_stores
+from pipelines.run import run
+from pipelines.spark import spark_session
+from pipelines.store import Home, Store
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYED_ENGINE_TABLES = ("watermarks", "pending")
+
+
+def unkeyed_tables() -> list[str]:
+    """The qualified tables whose keys the keyless copy drops."""
+    views = [f'main."{t.name}"' for v in BANK_VIEWS for t in v.tables if t.kind in ("keyed", "append")]
+    return [f"inorder.{t}" for t in KEYED_ENGINE_TABLES] + views
+
+
+def drop_primary_keys(home: Home) -> None:
+    """Rebuild each of `unkeyed_tables` with its own DDL less the PRIMARY KEY clause (DuckDB cannot drop one)."""
+    import duckdb
+
+    con = duckdb.connect(str(home.database))
+    try:
+        for qualified in unkeyed_tables():
+            schema, table = (part.strip('"') for part in qualified.split("."))
+            ddl = con.execute("SELECT sql FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+                              [schema, table]).fetchone()[0]
+            keyless = re.sub(r",\s*PRIMARY KEY\s*\([^)]*\)", "", ddl)
+            assert keyless != ddl, f"no PRIMARY KEY clause found in {ddl}"
+            con.execute("BEGIN TRANSACTION")
+            con.execute(f'ALTER TABLE {schema}."{table}" RENAME TO "{table}_keyed"')
+            con.execute(keyless)
+            con.execute(f'INSERT INTO {schema}."{table}" SELECT * FROM {schema}."{table}_keyed"')
+            con.execute(f'DROP TABLE {schema}."{table}_keyed"')
+            con.execute("COMMIT")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
+@contextmanager
+def commit_timed(figures: dict) -> Iterator[None]:
+    """For the block: `figures["commit_statement_s"]`, the pass commit's COMMIT statement alone."""
+    original_commit_pass, original_transaction = pipelines.run.commit_pass, Store.transaction
+    in_commit = {"now": False}
+
+    def commit_pass(*args, **kwargs):
+        in_commit["now"] = True
+        try:
+            return original_commit_pass(*args, **kwargs)
+        finally:
+            in_commit["now"] = False
+
+    @contextmanager
+    def transaction(store):
+        with original_transaction(store) as con:
+            yield con
+            body_done = time.perf_counter()  # leaving the block runs COMMIT
+        if in_commit["now"]:
+            figures["commit_statement_s"] = figures.get("commit_statement_s", 0.0) + time.perf_counter() - body_done
+
+    pipelines.run.commit_pass, Store.transaction = commit_pass, transaction
+    try:
+        yield
+    finally:
+        pipelines.run.commit_pass, Store.transaction = original_commit_pass, original_transaction
+
+
+def say(message: str) -> None:
+    print(f"[commit_keys {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.commit_keys", description=__doc__.split("\n\n")[0])
+    p.add_argument("--streams", type=int, default=1_000_000, help="streams in the store (and in the pass)")
+    p.add_argument("--work", default=str(ROOT / ".inorder" / "bench"), help="inputs cache; this run's scratch folder")
+    args = p.parse_args(argv)
+    work = Path(args.work)
+    store_file, pass_file = data.wide_batches(work / "inputs", args.streams)
+    scratch = work / f"commit-keys-{time.strftime('%Y%m%dT%H%M%S')}"
+    scratch.mkdir(parents=True)  # this run's own: removed at the end
+    try:
+        spark = spark_session()
+        base = Home(scratch / "store").ensure()
+        say(f"building the store: {args.streams:,} streams, seq 1-2")
+        land([store_file], base.landing)
+        run(spark, base, BANK_VIEWS, now=T0)
+        results = {}
+        for variant in ("with keys", "without keys"):
+            home = Home(scratch / variant.replace(" ", "-"))
+            shutil.copytree(base.root, home.root)
+            if variant == "without keys":
+                drop_primary_keys(home)
+            land([pass_file], home.landing)
+            figures: dict = {}
+            with commit_timed(figures):
+                report = run(spark, home, BANK_VIEWS, now=T0 + timedelta(seconds=60))
+            results[variant] = {"commit_s": report.projection.commit_seconds, **figures, "pass_s": report.seconds}
+            results[variant]["database"] = home.database
+            say(f"{variant}: commit {results[variant]['commit_s']:.1f} s (COMMIT statement "
+                f"{figures['commit_statement_s']:.1f} s), whole pass {report.seconds:.1f} s")
+        spark.stop()
+        stores = compare_stores(*(results[variant]["database"] for variant in results))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    keyed, keyless = results["with keys"], results["without keys"]
+    print(f"\nthe same commit, {args.streams:,} streams touched on a store of {args.streams:,} (keys dropped on "
+          f"{', '.join(unkeyed_tables())}):")
+    for figure in ("commit_s", "commit_statement_s", "pass_s"):
+        print(f"  {figure:<19} with keys {keyed[figure]:8.2f} s   without {keyless[figure]:8.2f} s   "
+              f"ratio {keyed[figure] / keyless[figure]:.1f}")
+    differing = [name for name, table in stores.items() if not table["equal"]]
+    print(f"  the two stores after it, table by table: {'equal' if not differing else 'DIFFER: ' + ', '.join(differing)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
