@@ -274,12 +274,10 @@ class Table:
         return names["normalise_row"]
 
     @cached_property
-    def text_restorers(self) -> tuple[tuple[str, Callable[[str], Any]], ...]:
-        """(column, function) for the columns whose values JSON carries as text (a pass ships stored
-        rows as JSON), so rows loaded from the store reach handlers with the types written in this run."""
-        restore = {"DATE": date.fromisoformat, "TIMESTAMPTZ": datetime.fromisoformat}
-        return tuple((c, Decimal if t.startswith("DECIMAL") else restore[t]) for c, t in self.columns.items()
-                     if t.startswith("DECIMAL") or t in restore)
+    def utc_columns(self) -> tuple[str, ...]:
+        """The TIMESTAMPTZ columns: a pass reads stored rows from Arrow, whose times carry the session's
+        zone object, and hands them to handlers in `timezone.utc`, as `column_converter` writes them."""
+        return tuple(c for c, t in self.columns.items() if t == "TIMESTAMPTZ")
 
     @cached_property
     def key_class(self) -> type | None:
