@@ -13,10 +13,10 @@ NOTES = Table(  # keyed: stream key `view`, `kind` in the key, `stream_id` a pla
     "notes", {"view": "VARCHAR", "kind": "VARCHAR", "stream_id": "VARCHAR", "seq": "BIGINT", "data": "VARCHAR",
               "state": "DECIMAL(18,2)", "n": "BIGINT"},
     primary_key=("view", "kind"), kind="keyed", stream_key="view")
-LOG = Table(  # append: stream key `name`, `entry_idx` in the key, `stream_id` a plain column
-    "log", {"name": "VARCHAR", "entry_idx": "BIGINT", "stream_id": "VARCHAR", "line": "BIGINT", "payload": "VARCHAR",
-            "event_type": "VARCHAR", "batch_id": "VARCHAR"},
-    primary_key=("name", "entry_idx"), kind="append", stream_key="name")
+LOG = Table(  # append: stream key `name`, `stream_id` in the key (the engine's window over it once failed)
+    "log", {"name": "VARCHAR", "stream_id": "VARCHAR", "entry_idx": "BIGINT", "line": "BIGINT", "payload": "VARCHAR",
+            "event_type": "VARCHAR", "batch_id": "VARCHAR", "view": "VARCHAR"},
+    primary_key=("name", "stream_id"), kind="append", stream_key="name")
 TOTALS = Table(  # aggregate: `stream_id` and `kind` are its key
     "totals", {"stream_id": "VARCHAR", "kind": "VARCHAR", "n": "BIGINT", "seq": "BIGINT"},
     primary_key=("stream_id", "kind"), kind="aggregate")
@@ -32,7 +32,7 @@ def noted(event, tables) -> None:
                       "data": event.payload["text"], "state": amount + (before["state"] if before else 0),
                       "n": 1 + (before["n"] if before else 0)})
     last = tables.log.last()
-    tables.log.append({"name": event.stream_id, "entry_idx": event.seq, "stream_id": category,
+    tables.log.append({"name": event.stream_id, "stream_id": f"{event.seq:05d}", "entry_idx": event.seq,
                        "line": 1 + (last["line"] if last else 0), "payload": event.payload["text"],
-                       "event_type": event.event_type, "batch_id": event.batch_id})
+                       "event_type": event.event_type, "batch_id": event.batch_id, "view": category})
     tables.totals.add({"stream_id": category, "kind": event.event_type}, n=1, seq=event.seq)

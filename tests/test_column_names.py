@@ -44,13 +44,14 @@ def expected(all_records: list[dict], batch_of: dict[tuple[str, int], str]) -> d
                                  "data": p["text"], "state": before["state"] + Decimal(p["amount"]),
                                  "n": before["n"] + 1}
         lines[stream] = lines.get(stream, 0) + 1
-        log.append({"name": stream, "entry_idx": r["seq"], "stream_id": p["category"], "line": lines[stream],
-                    "payload": p["text"], "event_type": kind, "batch_id": batch_of[(stream, r["seq"])]})
+        log.append({"name": stream, "stream_id": f"{r['seq']:05d}", "entry_idx": r["seq"], "line": lines[stream],
+                    "payload": p["text"], "event_type": kind, "batch_id": batch_of[(stream, r["seq"])],
+                    "view": p["category"]})
         total = totals.setdefault((p["category"], kind), {"stream_id": p["category"], "kind": kind, "n": 0, "seq": 0})
         total["n"] += 1
         total["seq"] += r["seq"]
     return {"notes": sorted(notes.values(), key=lambda row: (row["view"], row["kind"])),
-            "log": sorted(log, key=lambda row: (row["name"], row["entry_idx"])),
+            "log": sorted(log, key=lambda row: (row["name"], row["stream_id"])),
             "totals": sorted(totals.values(), key=lambda row: (row["stream_id"], row["kind"]))}
 
 
