@@ -42,6 +42,15 @@ def _write_view_tables(store: Store, view: View, layout: Layout) -> None:
                         f'WHERE t."{table.stream_key}" = CAST(w.stream_id AS {table.columns[table.stream_key]})')
         if table.kind in ("keyed", "append"):
             con.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)})")
+        if table.kind == "append":  # the newest row of each stream that appended (Layout.newest_rows)
+            newest = layout.newest_rows(table.name)
+            key = f'n."{table.stream_key}"'
+            order = ", ".join(f'n."{c}" DESC' for c in table.primary_key)
+            con.execute(f"DELETE FROM {newest} n USING ({pass_rows_sql(view, table, OutputKind.ROWS)}) a "
+                        f'WHERE {key} = a."{table.stream_key}"')
+            con.execute(f"INSERT INTO {newest} ({cols}) SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)}) n "
+                        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1")
+        if table.kind in ("keyed", "append"):
             continue
         keys = ", ".join(f'"{c}"' for c in table.primary_key)
         values = ", ".join(f'"{c}"' for c in table.value_columns)

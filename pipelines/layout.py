@@ -86,5 +86,10 @@ class Layout:
         """A view table's qualified name."""
         return f'"{self.tables}"."{name}"'
 
+    def newest_rows(self, name: str) -> str:
+        """The qualified name of the engine's copy of each stream's newest row of the append table `name`
+        (a colon cannot occur in a view table's name: no clash)."""
+        return f'"{self.state}"."{name}:newest"'
+
 
 LIVE = Layout()

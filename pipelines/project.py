@@ -86,11 +86,15 @@ def plan_passes(store: Store, views: Iterable[View], max_records: int = 6_000_00
     return passes
 
 
-# A buffered stream (pending p, watermark w) the entry at l.t_us must walk even without new messages: its
-# gap timer is due, or its buffer is over max_pending (l: the view's limits); the others would walk
-# to the state they have.
-WALK_BUFFER = ("(w.stream_id IS NULL OR (NOT w.parked AND (w.blocked_since IS NULL "
-               "OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us OR w.pending_count > l.max_pending)))")
+# The buffered streams (watermark w, view limits l) the entry at l.t_us must walk even without new
+# messages: a gap timer due, or a buffer over max_pending; the others would walk to the state they have.
+# Found by a filter on the watermarks (pending_count > 0, which DuckDB's row-group statistics skip on),
+# not by a scan of the pending messages joined to every watermark.
+DUE_BUFFERS = """
+    SELECT w.view, w.stream_id FROM {state}.watermarks w JOIN {limits} ON l.view = w.view
+    WHERE w.pending_count > 0 AND NOT w.parked
+      AND (w.blocked_since IS NULL OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us
+           OR w.pending_count > l.max_pending)"""
 
 
 def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
@@ -99,11 +103,9 @@ def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
     if not limits:
         return []
     values = ", ".join("(?, ?, ?, ?)" for _ in limits)
-    return [r[0] for r in con.execute(
-        f"""SELECT DISTINCT p.view FROM inorder.pending p
-            JOIN (VALUES {values}) l(view, t_us, gap_timeout_us, max_pending) USING (view)
-            LEFT JOIN inorder.watermarks w USING (view, stream_id) WHERE {WALK_BUFFER} ORDER BY 1""",
-        [x for row in limits for x in row]).fetchall()]
+    due = DUE_BUFFERS.format(state=LIVE.state, limits=f"(VALUES {values}) l(view, t_us, gap_timeout_us, max_pending)")
+    return [r[0] for r in con.execute(f"SELECT DISTINCT d.view FROM ({due}) d ORDER BY 1",
+                                      [x for row in limits for x in row]).fetchall()]
 
 
 def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, layout: Layout = LIVE
@@ -114,34 +116,35 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
     batch_entries = [e["entry_idx"] for e in plan.entries if e["kind"] == "batch"]
     files = [str(archive_path(home, i)) for i in batch_entries]
     con.execute("CREATE OR REPLACE TEMP TABLE pass_todo (view VARCHAR, entry_idx BIGINT)")
-    con.executemany("INSERT INTO pass_todo VALUES (?, ?)", plan.view_entries)
+    con.executemany("INSERT INTO pass_todo (view, entry_idx) VALUES (?, ?)", plan.view_entries)
     con.execute("CREATE OR REPLACE TEMP TABLE pass_subs (view VARCHAR, stream_type VARCHAR)")
     con.executemany("INSERT INTO pass_subs (stream_type, view) VALUES (?, ?)", subscriptions(views))
     # one scan of the archive: which streams the pass touches, and (for the ledger) their stream types
     con.execute("CREATE OR REPLACE TEMP TABLE pass_messages "
                 "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT)")
     if files:
-        con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type, stream_id, count(*) "
-                    "FROM read_parquet(?) GROUP BY ALL", [files])
+        con.execute("INSERT INTO pass_messages (entry_idx, stream_type, stream_id, n) "
+                    "SELECT a.entry_idx, a.stream_type, a.stream_id, count(*) FROM read_parquet(?) a "
+                    "GROUP BY a.entry_idx, a.stream_type, a.stream_id", [files])
     plan.message_counts = {(entry_idx, stream_type): int(n) for entry_idx, stream_type, n in con.execute(
-        "SELECT entry_idx, stream_type, sum(n) FROM pass_messages GROUP BY ALL").fetchall()}
+        "SELECT m.entry_idx, m.stream_type, sum(m.n) FROM pass_messages m GROUP BY m.entry_idx, m.stream_type"
+    ).fetchall()}
     # A buffered stream that gets no message and no operator action changes only when a gap timer
     # fires or its buffer is over `max_pending`; the others would walk to the same state, so they
     # stay out of the pass (DESIGN §7: per-run work follows the batch and the buffers it touches).
     con.execute("CREATE OR REPLACE TEMP TABLE pass_limits "
                 "(view VARCHAR, t_us BIGINT, gap_timeout_us BIGINT, max_pending BIGINT)")
-    con.executemany("INSERT INTO pass_limits VALUES (?, ?, ?, ?)", [
+    con.executemany("INSERT INTO pass_limits (view, t_us, gap_timeout_us, max_pending) VALUES (?, ?, ?, ?)", [
         (v.name, max(e.t_us for e in plan.by_view[v.name]), v.gap_timeout_us, v.max_pending)
         for v in views if v.name in plan.by_view])
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_streams AS
-        SELECT DISTINCT p.view, p.stream_id FROM {layout.state}.pending p JOIN pass_limits l USING (view)
-              LEFT JOIN {layout.state}.watermarks w USING (view, stream_id)
-              WHERE {WALK_BUFFER}
+        {DUE_BUFFERS.format(state=layout.state, limits="pass_limits l")}
         UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
               JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
         UNION SELECT t.view, m.stream_id FROM pass_messages m
-              JOIN pass_todo t USING (entry_idx) JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
+              JOIN pass_todo t ON t.entry_idx = m.entry_idx
+              JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
 
     # the touched state, typed, written by DuckDB itself where the executors read it (docs/STORE.md, "The pass")
     scratch = pass_folder(home, layout)
@@ -167,15 +170,13 @@ def _state_sql(view: View, layout: Layout) -> str:
     for i, table in enumerate(t for t in view.tables if t.kind != "aggregate"):
         rows, key = f"t{i}", f'r."{table.stream_key}"'
         row = "struct_pack(" + ", ".join(f'"{c}" := r."{c}"' for c in table.columns) + ")"
-        order = ", ".join(f'r."{c}"' for c in table.primary_key)
-        source = (f"FROM {layout.table(table.name)} r "
-                  f"JOIN pass_streams s ON s.view = '{view.name}' AND s.stream_id = {key}")
+        stored = layout.table(table.name) if table.kind == "keyed" else layout.newest_rows(table.name)
+        source = f"FROM {stored} r JOIN pass_streams s ON s.view = '{view.name}' AND s.stream_id = {key}"
         if table.kind == "keyed":
+            order = ", ".join(f'r."{c}"' for c in table.primary_key)
             sub = f"SELECT {key} AS stream_id, list({row} ORDER BY {order}) AS state {source} GROUP BY {key}"
-        else:  # the newest row: the highest primary key
-            newest = ", ".join(f'r."{c}" DESC' for c in table.primary_key)
-            sub = (f"SELECT {key} AS stream_id, {row} AS state {source} "
-                   f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {newest}) = 1")
+        else:  # the newest row, which the engine keeps per stream: no read of the table's history
+            sub = f"SELECT {key} AS stream_id, {row} AS state {source}"
         joins.append(f"LEFT JOIN ({sub}) {rows} ON {rows}.stream_id = s.stream_id")
         columns.append(f', {rows}.state AS "{row_column(view.name, table.name)}"')
         present.append(f" OR {rows}.stream_id IS NOT NULL")

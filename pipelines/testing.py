@@ -258,7 +258,7 @@ def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> Inspecte
 
 def _due(view: View, watermark: dict, t_us: int) -> bool:
     """A buffered stream a run walks with no new message: its gap timer is due, or its buffer is over
-    max_pending (the others would walk to the state they have: pipelines/project.py's WALK_BUFFER)."""
+    max_pending (the others would walk to the state they have: pipelines/project.py's DUE_BUFFERS)."""
     since = watermark["blocked_since_us"]
     return not watermark["parked"] and (since is None or watermark["pending_count"] > view.max_pending
                                         or since + view.gap_timeout_us <= t_us)
