@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from pipelines.faults import crash_point
-from pipelines.layout import ENGINE_DDL, STATE_TABLES
+from pipelines.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key
 from pipelines.versions import ViewVersion, reconcile
 from pipelines.view import View
 
@@ -171,6 +171,8 @@ class Store:
         try:
             con = connect(home.database, read_only=False, wait_seconds=home.file_wait_seconds)
             con.execute(ENGINE_DDL)
+            for table in KEYLESS_STATE_TABLES:  # made with a PRIMARY KEY by older code
+                drop_primary_key(con, "inorder", table)
             versions = reconcile(con, list(views))
         except BaseException:
             os.close(lock_fd)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 
 import duckdb
 
-from pipelines.layout import LIVE, Layout
+from pipelines.layout import LIVE, Layout, drop_primary_key
 from pipelines.view import Table, View
 
 Change = Literal["new", "same", "code", "tables", "migration"]
@@ -236,6 +236,8 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
         if not versions[view.name].refused:  # (re)create a table dropped by hand; a refused view stays as it is
             for table in view.tables:
                 con.execute(table.ddl(layout.table(table.name)))
+                if table.kind != "aggregate":  # made with a PRIMARY KEY by older code
+                    drop_primary_key(con, layout.tables, table.name)
                 if table.kind == "append":
                     keep_newest_rows(con, table, layout)
     return versions

@@ -327,11 +327,17 @@ class Table:
         return tuple(c for c in self.columns if c not in self.primary_key)
 
     def ddl(self, qualified_name: str | None = None) -> str:
-        """CREATE TABLE IF NOT EXISTS, under its own name or `qualified_name` (a rebuild's shadow)."""
-        cols = ", ".join(f'"{c}" {t}' for c, t in self.columns.items())
-        pk = ", ".join(f'"{c}"' for c in self.primary_key)
+        """CREATE TABLE IF NOT EXISTS, under its own name or `qualified_name` (a rebuild's shadow). Only
+        an aggregate table carries its PRIMARY KEY (its commit upserts on it); a keyed or append table's
+        key columns are NOT NULL, and its rows unique by construction (a commit replaces a walked stream's
+        keyed rows, appended keys increase), which the `keys_unique` asset check watches (docs/STORE.md)."""
+        keys = set(self.primary_key)
+        cols = ", ".join(f'"{c}" {t}' + (" NOT NULL" if c in keys else "") for c, t in self.columns.items())
         name = qualified_name or f'"{self.name}"'
-        return f'CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))'
+        if self.kind != "aggregate":
+            return f"CREATE TABLE IF NOT EXISTS {name} ({cols})"
+        pk = ", ".join(f'"{c}"' for c in self.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))"
 
 
 @dataclass(frozen=True)
