@@ -9,8 +9,8 @@ from typing import Callable, Iterator, NamedTuple
 import dagster as dg
 
 from pipelines.expectations import validate_view
-from pipelines.health import (judge_rate, newest_entry, overdue_streams, parked_streams, recent_windows,
-                              rejected_after, unrouted_after)
+from pipelines.health import (duplicate_keys, judge_rate, newest_entry, overdue_streams, parked_streams,
+                              recent_windows, rejected_after, unrouted_after)
 from pipelines.publish import read_positions
 from pipelines.registry import load_views
 from pipelines.select import describe_unrouted, subscribed_types
@@ -81,6 +81,13 @@ def _view_checks(view: View) -> list[ViewCheck]:
             "moved_back": dg.MetadataValue.int(count),
             "sample": dg.MetadataValue.json([{"stream_id": s, "before": b, "after": a} for s, b, a in sample]),
         })
+
+    @check("keys_unique", "No key occurs twice: a stream's watermark, its buffered seqs, and the primary key of "
+                          "each keyed and append table (these carry no PRIMARY KEY: the commit keeps them unique)")
+    def keys_unique(store: Store) -> dg.AssetCheckResult:
+        duplicated = duplicate_keys(store.con, view)
+        return dg.AssetCheckResult(passed=not any(duplicated.values()), metadata={
+            f"duplicated_{name}": dg.MetadataValue.int(n) for name, n in duplicated.items()})
 
     @check("published", "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it after its newest "
                         "commit; passes with nothing to check when publishing is not configured")

@@ -17,7 +17,7 @@ deterministic replay must never read, and the event-time watermark. The peer run
 mode and makes the watermark the logical time T of the entry in progress: a blocked stream
 registers a timer at blocked_since + gap_timeout, and Spark calls `handleExpiredTimer` for it in
 the first micro-batch whose watermark reaches it, whether or not that entry (a tick, say) brings
-the stream anything: that is DESIGN's "every batch and tick re-examines each stream that has a
+the stream anything: that is CONCEPTS §2's "every batch and tick re-examines each stream that has a
 pending buffer", done by timers instead of a scan. Spark moves the watermark only between
 micro-batches, to the largest event time of the batches before, so each entry's file carries one
 clock row whose event time is the NEXT entry's T (the feeder knows it: the archive's ingest log is
@@ -86,7 +86,7 @@ class StreamOrdering:
 
 
 class OrderingProcessor(StatefulProcessor):
-    """DESIGN §2 step 3 per stream, for a view with no handlers (every ready message is processed)."""
+    """CONCEPTS §2 step 3 per stream, for a view with no handlers (every ready message is processed)."""
 
     def __init__(self, gap_timeout_ms: int, max_pending: int, first_seq: int) -> None:
         self.gap_timeout_ms, self.max_pending, self.first_seq = gap_timeout_ms, max_pending, first_seq

@@ -1,4 +1,4 @@
-"""DESIGN §2 step 4: run a stream's ready messages through the view's handlers.
+"""CONCEPTS §2 step 4: run a stream's ready messages through the view's handlers.
 
 A handler sees the stream's rows through small table objects. Every change a handler makes is
 journaled so that a handler that raises leaves the tables exactly as they were.

@@ -1,4 +1,4 @@
-"""DESIGN §2 step 5: write a pass's results in ONE read-store transaction.
+"""CONCEPTS §2 step 5: write a pass's results in ONE read-store transaction.
 
 View tables, watermarks, pending buffers, error and gap rows and the ledger rows of every entry
 in the pass commit together or not at all.
@@ -6,7 +6,6 @@ in the pass commit together or not at all.
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterator
@@ -14,19 +13,23 @@ from typing import Iterator
 from pipelines.faults import crash_point
 from pipelines.project import PassPlan, PassResult
 from pipelines.layout import LIVE, Layout
+from pipelines.pass_data import OutputKind, row_column
 from pipelines.store import OUTCOME_COLUMNS, Store
 from pipelines.versions import record_projection
 from pipelines.view import Table, View
 
 
-def _struct_type(table: Table) -> str:
-    return json.dumps({c: t for c, t in table.columns.items()})
+def pass_rows_sql(view: View, table: Table, kind: OutputKind) -> str:
+    """The typed rows the pass wrote to `table` (kind ROWS or AGGREGATE), under the table's column names."""
+    row = f'o."{row_column(view.name, table.name)}"'
+    fields = ", ".join(f"{row}.\"{c}\" AS \"{c}\"" for c in table.columns)
+    return (f"SELECT {fields} FROM pass_out o "
+            f"WHERE o.kind = '{kind.value}' AND o.view = '{view.name}' AND o.name = '{table.name}'")
 
 
-def pass_rows_sql(table: Table) -> str:
-    """The typed rows the pass wrote to `table` (parameters: kind 'rows' or 'aggregate', view, table)."""
-    return (f"SELECT r.* FROM (SELECT unnest(from_json(data, '[{_struct_type(table)}]')) AS r FROM pass_out "
-            f"WHERE kind = ? AND view = ? AND name = ?)")
+def walked_streams_sql(view: View) -> str:
+    """The streams of `view` the pass walked (one watermark record each): column `stream_id`."""
+    return f"SELECT o.stream_id FROM pass_out o WHERE o.kind = '{OutputKind.WATERMARK.value}' AND o.view = '{view.name}'"
 
 
 def _write_view_tables(store: Store, view: View, layout: Layout) -> None:
@@ -34,36 +37,51 @@ def _write_view_tables(store: Store, view: View, layout: Layout) -> None:
     for table in view.tables:
         target = layout.table(table.name)
         cols = ", ".join(f'"{c}"' for c in table.columns)
-        rows_sql = pass_rows_sql(table)
         if table.kind == "keyed":
-            con.execute(f'DELETE FROM {target} WHERE "{table.stream_key}" IN '
-                        "(SELECT stream_id FROM pass_out WHERE kind = 'watermark' AND view = ?)", [view.name])
+            con.execute(f'DELETE FROM {target} t USING ({walked_streams_sql(view)}) w '
+                        f'WHERE t."{table.stream_key}" = CAST(w.stream_id AS {table.columns[table.stream_key]})')
         if table.kind in ("keyed", "append"):
-            con.execute(f'INSERT INTO {target} ({cols}) {rows_sql}', ["rows", view.name, table.name])
+            con.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)})")
+        if table.kind == "append":  # the newest row of each stream that appended (Layout.newest_rows)
+            newest = layout.newest_rows(table.name)
+            key = f'n."{table.stream_key}"'
+            order = ", ".join(f'n."{c}" DESC' for c in table.primary_key)
+            con.execute(f"DELETE FROM {newest} n USING ({pass_rows_sql(view, table, OutputKind.ROWS)}) a "
+                        f'WHERE {key} = a."{table.stream_key}"')
+            con.execute(f"INSERT INTO {newest} ({cols}) SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)}) n "
+                        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1")
+        if table.kind in ("keyed", "append"):
             continue
         keys = ", ".join(f'"{c}"' for c in table.primary_key)
         values = ", ".join(f'"{c}"' for c in table.value_columns)
-        sums = ", ".join(f'coalesce(sum("{c}"), 0) AS "{c}"' for c in table.value_columns)
+        partial_keys = ", ".join(f'p."{c}"' for c in table.primary_key)
+        sums = ", ".join(f'coalesce(sum(p."{c}"), 0)' for c in table.value_columns)
         updates = ", ".join(f'"{c}" = "{table.name}"."{c}" + excluded."{c}"' for c in table.value_columns)
-        con.execute(f'INSERT INTO {target} ({keys}, {values}) '
-                    f"SELECT {keys}, {sums} FROM ({rows_sql}) GROUP BY ALL "
-                    f"ON CONFLICT ({keys}) DO UPDATE SET {updates}", ["aggregate", view.name, table.name])
+        con.execute(f"INSERT INTO {target} ({keys}, {values}) "
+                    f"SELECT {partial_keys}, {sums} FROM ({pass_rows_sql(view, table, OutputKind.AGGREGATE)}) p "
+                    f"GROUP BY {partial_keys} ON CONFLICT ({keys}) DO UPDATE SET {updates}")
+
+
+# the ledger's columns (docs/STORE.md), in the order `_ledger_rows` gives them
+LEDGER_COLUMNS = ("batch_id", "view", "entry_idx", "kind", "received_at", "records", "malformed", "normalised",
+                  "selected", "unrouted", *OUTCOME_COLUMNS, "pending", "gaps_skipped", "committed_at")
 
 
 def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str], layout: Layout) -> list[list]:
     con = store.con
     counts: dict[tuple[str, int, str], int] = {}
     for view, entry_idx, name, n in con.execute(
-            "SELECT view, entry_idx, name, sum(n) FROM pass_out WHERE kind = 'count' GROUP BY ALL").fetchall():
+            f"SELECT o.view, o.entry_idx, o.name, sum(o.n) FROM pass_out o WHERE o.kind = '{OutputKind.COUNT.value}' "
+            "GROUP BY o.view, o.entry_idx, o.name").fetchall():
         counts[(view, entry_idx, name)] = int(n)
     info = {r[0]: r[1:] for r in con.execute(
-        "SELECT entry_idx, received_at, records, malformed, normalised FROM inorder.ingest_log "
-        "WHERE list_contains(?, entry_idx)", [sorted({e["entry_idx"] for e in plan.entries})]).fetchall()}
+        "SELECT l.entry_idx, l.received_at, l.records, l.malformed, l.normalised FROM inorder.ingest_log l "
+        "WHERE list_contains(?, l.entry_idx)", [sorted({e["entry_idx"] for e in plan.entries})]).fetchall()}
     unrouted: dict[int, int] = {}
     for (entry_idx, stream_type), n in plan.message_counts.items():
         if stream_type not in subscribed_types:
             unrouted[entry_idx] = unrouted.get(entry_idx, 0) + n
-    pending_before = dict(con.execute(f"SELECT view, count(*) FROM {layout.state}.pending GROUP BY ALL").fetchall())
+    pending_before = dict(con.execute(f"SELECT p.view, count(*) FROM {layout.state}.pending p GROUP BY p.view").fetchall())
     now = datetime.now(timezone.utc)
     rows = []
     for view, entries in plan.by_view.items():
@@ -102,57 +120,59 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, subscribed_type
     con = store.con
     ledger = _ledger_rows(store, plan, subscribed_types, layout)
     state = layout.state
+    watermark, pending, error, gap = (f"'{k.value}'" for k in (OutputKind.WATERMARK, OutputKind.PENDING,
+                                                               OutputKind.ERROR, OutputKind.GAP))
     with store.transaction():
         # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE pass_prev AS
             SELECT w.view, w.stream_id, w.last_seq FROM {state}.watermarks w
-            JOIN (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t USING (view, stream_id)""")
+            JOIN pass_out o ON o.kind = {watermark} AND o.view = w.view AND o.stream_id = w.stream_id""")
         crash_point("commit.begun")
         con.execute(f"""
             DELETE FROM {state}.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
         con.execute(f"""
-            INSERT INTO {state}.watermarks
-            SELECT o.view, o.stream_id, data->>'stream_type', (data->>'last_seq')::BIGINT,
-                   (data->>'blocked_at')::BIGINT, make_timestamp((data->>'blocked_since_us')::BIGINT)::TIMESTAMPTZ,
-                   (data->>'parked')::BOOLEAN, (data->>'pending_count')::BIGINT, entry_idx, p.last_seq,
-                   (data->>'attempts')::BIGINT
-            FROM pass_out o LEFT JOIN pass_prev p USING (view, stream_id) WHERE kind = 'watermark'""")
+            INSERT INTO {state}.watermarks (view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked,
+                                            pending_count, updated_entry, prev_last_seq, attempts)
+            SELECT o.view, o.stream_id, o.stream_type, o.last_seq, o.blocked_at, o.blocked_since, o.parked,
+                   o.pending_count, o.entry_idx, p.last_seq, o.attempts
+            FROM pass_out o LEFT JOIN pass_prev p ON p.view = o.view AND p.stream_id = o.stream_id
+            WHERE o.kind = {watermark}""")
         crash_point("commit.watermarks")
         con.execute(f"""
-            DELETE FROM {state}.pending p USING (SELECT view, stream_id FROM pass_out WHERE kind = 'watermark') t
+            DELETE FROM {state}.pending p USING (SELECT o.view, o.stream_id FROM pass_out o WHERE o.kind = {watermark}) t
             WHERE p.view = t.view AND p.stream_id = t.stream_id""")
         con.execute(f"""
-            INSERT INTO {state}.pending
-            SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id, line,
-                   msg_entry_idx
-            FROM pass_out WHERE kind = 'pending'""")
+            INSERT INTO {state}.pending (view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id,
+                                         batch_id, line, entry_idx)
+            SELECT o.view, o.stream_id, o.seq, o.stream_type, o.event_type, o.payload, o.occurred_at, o.event_id,
+                   o.batch_id, o.line, o.msg_entry_idx
+            FROM pass_out o WHERE o.kind = {pending}""")
         crash_point("commit.pending")
         con.execute(f"""
             INSERT INTO {state}.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
                                         batch_id, line, reason, exception_type, message, traceback, logged_at,
                                         entry_idx, error_class, attempt)
-            SELECT view, stream_id, seq, name, event_type, payload, occurred_at, event_id, batch_id, line,
-                   data->>'reason', data->>'exception_type', data->>'message', data->>'traceback',
-                   make_timestamp((data->>'logged_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx,
-                   data->>'error_class', (data->>'attempt')::BIGINT
-            FROM pass_out WHERE kind = 'error'
-            ORDER BY entry_idx, view, stream_id, seq, line""")
+            SELECT o.view, o.stream_id, o.seq, o.name, o.event_type, o.payload, o.occurred_at, o.event_id, o.batch_id,
+                   o.line, o.reason, o.exception_type, o.message, o.traceback, o.logged_at, o.entry_idx,
+                   o.error_class, o.attempt
+            FROM pass_out o WHERE o.kind = {error}
+            ORDER BY o.entry_idx, o.view, o.stream_id, o.seq, o.line""")
         crash_point("commit.errors")
         con.execute(f"""
-            INSERT INTO {state}.gaps
-            SELECT view, stream_id, (data->>'first_missing')::BIGINT, (data->>'last_missing')::BIGINT,
-                   (data->>'waited_us')::BIGINT / 1e6, name, data->>'batch_id',
-                   make_timestamp((data->>'skipped_at_us')::BIGINT)::TIMESTAMPTZ, entry_idx
-            FROM pass_out WHERE kind = 'gap'
-            ORDER BY entry_idx, view, stream_id, (data->>'first_missing')::BIGINT""")
+            INSERT INTO {state}.gaps (view, stream_id, first_missing, last_missing, waited_seconds, reason, batch_id,
+                                      skipped_at, entry_idx)
+            SELECT o.view, o.stream_id, o.first_missing, o.last_missing, o.waited_us / 1e6, o.name, o.batch_id,
+                   o.skipped_at, o.entry_idx
+            FROM pass_out o WHERE o.kind = {gap}
+            ORDER BY o.entry_idx, o.view, o.stream_id, o.first_missing""")
         crash_point("commit.gaps")
         for view in views:
             if view.name in plan.by_view:
                 _write_view_tables(store, view, layout)
         crash_point("commit.view_tables")
-        con.executemany(
-            f"INSERT INTO {state}.batches VALUES (" + ", ".join("?" * 19) + ")", ledger)
+        con.executemany(f"INSERT INTO {state}.batches ({', '.join(LEDGER_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' * len(LEDGER_COLUMNS))})", ledger)
         crash_point("commit.ledger")
         record_projection(con, views, {name: (entries[0].entry_idx, entries[0].batch_id)
                                        for name, entries in plan.by_view.items()}, layout)

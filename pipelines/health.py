@@ -171,3 +171,19 @@ def _event_time_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> f
     if newest is None:
         return None
     return (us_from_utc(max(t for _, _, t in last_run)) - us_from_utc(newest)) / 1e6
+
+
+def duplicate_keys(con: duckdb.DuckDBPyConnection, view: View) -> dict[str, int]:
+    """How many keys occur more than once, per table that relies on the commit rather than a PRIMARY KEY
+    for uniqueness (docs/STORE.md): the view's watermarks (per stream) and pending buffers (per stream
+    and seq), and each of its keyed and append tables (per primary key). All 0 in a healthy store."""
+    def duplicated(source: str, keys: list[str], params: list) -> int:
+        return con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {source} GROUP BY {', '.join(keys)} "
+                           "HAVING count(*) > 1)", params).fetchone()[0]
+
+    found = {"watermarks": duplicated("inorder.watermarks w WHERE w.view = ?", ["w.stream_id"], [view.name]),
+             "pending": duplicated("inorder.pending p WHERE p.view = ?", ["p.stream_id", "p.seq"], [view.name])}
+    for table in view.tables:
+        if table.kind != "aggregate":
+            found[table.name] = duplicated(f'"{table.name}" r', [f'r."{c}"' for c in table.primary_key], [])
+    return found

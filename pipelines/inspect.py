@@ -1,4 +1,4 @@
-"""DESIGN §2 step 1: read a landing file and normalise its records.
+"""CONCEPTS §2 step 1: read a landing file and normalise its records.
 
 Every record either becomes a normalised message or a `malformed` row with its line and reason;
 a file that cannot be read at all is rejected whole with a reason. Nothing is dropped silently.

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
+from typing import Any
 
 # The log of what arrived: shared by the live views and by a rebuild's shadow.
 INGEST_DDL = """
@@ -27,19 +30,20 @@ CREATE TABLE IF NOT EXISTS inorder.ingest_streams (
     PRIMARY KEY (entry_idx, stream_type));
 """
 
-# The views' projection state, per view: in schema `inorder` for the live views, and in a schema of
+# The views' projection state, per view (watermarks and pending carry no PRIMARY KEY: a commit deletes
+# each walked (view, stream) before it inserts it, so they are unique by construction, and DuckDB's index
+# upkeep made most of a large commit's cost; the `keys_unique` asset check watches it, docs/STORE.md): in schema `inorder` for the live views, and in a schema of
 # its own for a view being rebuilt (its shadow; error ids come from the one sequence, so they stay unique).
 STATE_DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.watermarks (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
     blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
-    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, prev_last_seq BIGINT,
-    PRIMARY KEY (view, stream_id));
+    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, prev_last_seq BIGINT);
 CREATE TABLE IF NOT EXISTS {schema}.pending (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
     event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
-    line BIGINT, entry_idx BIGINT, PRIMARY KEY (view, stream_id, seq));
+    line BIGINT, entry_idx BIGINT);
 CREATE TABLE IF NOT EXISTS {schema}.errors (
     error_id BIGINT PRIMARY KEY DEFAULT nextval('inorder.error_ids'), view VARCHAR, stream_id VARCHAR,
     seq BIGINT, kind VARCHAR NOT NULL, event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR,
@@ -49,14 +53,14 @@ CREATE TABLE IF NOT EXISTS {schema}.gaps (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, first_missing BIGINT NOT NULL,
     last_missing BIGINT NOT NULL, waited_seconds DOUBLE NOT NULL, reason VARCHAR NOT NULL,
     batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT,
-    waited DOUBLE GENERATED ALWAYS AS (waited_seconds) VIRTUAL);  -- DESIGN §2 calls it "waited"
+    waited DOUBLE GENERATED ALWAYS AS (waited_seconds) VIRTUAL);  -- CONCEPTS §2 calls it "waited"
 CREATE TABLE IF NOT EXISTS {schema}.batches (
     batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
     received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
     selected BIGINT, unrouted BIGINT, applied BIGINT, ignored BIGINT, handler_error BIGINT,
     duplicate BIGINT, late BIGINT, conflict BIGINT, pending BIGINT, gaps_skipped BIGINT,
     committed_at TIMESTAMPTZ,
-    pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name DESIGN §3 uses
+    pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name CONCEPTS §3 uses
     PRIMARY KEY (batch_id, view));
 -- added later (stores made before them get them on open): a parked message's failed attempts so far;
 -- each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
@@ -69,6 +73,7 @@ CREATE TABLE IF NOT EXISTS {schema}.view_versions (
     code VARCHAR, recorded_at TIMESTAMPTZ NOT NULL, newer_fingerprint VARCHAR, newer_since_entry BIGINT,
     newer_since_batch VARCHAR);
 """
+KEYLESS_STATE_TABLES = ("watermarks", "pending")  # with a PRIMARY KEY in stores made before
 STATE_TABLES = ("watermarks", "pending", "errors", "gaps", "batches", "view_versions")
 ENGINE_DDL = INGEST_DDL + STATE_DDL.format(schema="inorder")
 
@@ -95,5 +100,38 @@ class Layout:
         """A view table's qualified name."""
         return f'"{self.tables}"."{name}"'
 
+    def newest_rows(self, name: str) -> str:
+        """The qualified name of the engine's copy of each stream's newest row of the append table `name`
+        (a colon cannot occur in a view table's name: no clash)."""
+        return f'"{self.state}"."{name}:newest"'
+
 
 LIVE = Layout()
+
+
+def drop_primary_key(con: Any, schema: str, table: str) -> None:
+    """Make `schema.table` again without its PRIMARY KEY (DuckDB cannot drop one), its key columns NOT
+    NULL and its rows kept, in one transaction: for a store made when the table had one. Nothing to do
+    for a table without one."""
+    found = con.execute("SELECT t.sql, c.constraint_column_names FROM duckdb_tables() t JOIN duckdb_constraints() c "
+                        "ON c.table_oid = t.table_oid AND c.constraint_type = 'PRIMARY KEY' "
+                        "WHERE t.schema_name = ? AND t.table_name = ?", [schema, table]).fetchone()
+    if found is None:
+        return
+    create, key = found
+    keyless = re.sub(r",\s*PRIMARY KEY\s*\([^)]*\)", "", create, count=1)
+    columns = ", ".join(f'"{name}"' for (name,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ? AND NOT is_generated "
+        "ORDER BY column_index", [schema, table]).fetchall())
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f'ALTER TABLE "{schema}"."{table}" RENAME TO "{table}:keyed"')
+        con.execute(keyless)
+        for name in key:
+            con.execute(f'ALTER TABLE "{schema}"."{table}" ALTER COLUMN "{name}" SET NOT NULL')
+        con.execute(f'INSERT INTO "{schema}"."{table}" ({columns}) SELECT {columns} FROM "{schema}"."{table}:keyed"')
+        con.execute(f'DROP TABLE "{schema}"."{table}:keyed"')
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise

@@ -25,7 +25,7 @@ class Message(NamedTuple):
 
     @property
     def content(self) -> tuple:
-        """What makes two copies of one seq the same message (DESIGN §2: else a conflict)."""
+        """What makes two copies of one seq the same message (CONCEPTS §2: else a conflict)."""
         return self[4:8]
 
 

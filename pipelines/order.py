@@ -1,4 +1,4 @@
-"""DESIGN §2 step 3: ordering per (view, stream) — duplicates, late, conflicts, gaps and timers.
+"""CONCEPTS §2 step 3: ordering per (view, stream) — duplicates, late, conflicts, gaps and timers.
 
 `walk_stream` is the whole life of one (view, stream) during a pass over one or more entries
 (batches, ticks, operator actions), in ingest order. It is plain Python so it runs unchanged
@@ -9,28 +9,18 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any
 
 from pipelines import faults
 from pipelines.apply import StreamApplier, describe_exception
 from pipelines.faults import crash_point
 from pipelines.message import Event, Message
+from pipelines.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
+                                 WatermarkRecord)
 from pipelines.view import Reject, View
 
 
 class NotParked(ValueError):
     """retry/skip was asked for a stream that is not parked: refused, and nothing is recorded."""
-
-
-@dataclass(frozen=True)
-class HandlerBug:
-    """A handler of a view with on_bug="fail" raised on this message, in this entry (a "fatal" record)."""
-
-    view: str
-    stream_id: str
-    seq: int
-    entry_idx: int
-    reason: str
 
 
 class HandlerBugFailure(RuntimeError):
@@ -78,24 +68,6 @@ class StreamState:
                    parked=bool(watermark.get("parked")), attempts=watermark.get("attempts") or 0, skipped=skipped)
 
 
-class PassOutput:
-    """Everything a pass produces, accumulated per executor partition."""
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, int, str], int] = {}
-        self.fatal = 0  # handler bugs of on_bug="fail" views: the pass must not be committed
-        # (kind, view, stream, entry, name, data, message or None)
-        self.records: list[tuple[str, str, str, int, str, Any, Message | None]] = []
-
-    def count(self, view: str, entry_idx: int, outcome: str, n: int = 1) -> None:
-        key = (view, entry_idx, outcome)
-        self.counts[key] = self.counts.get(key, 0) + n
-
-    def emit(self, kind: str, view: str, stream_id: str, entry_idx: int, name: str, data: Any,
-             msg: Message | None = None) -> None:
-        self.records.append((kind, view, stream_id, entry_idx, name, data, msg))
-
-
 def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:
     i = bisect_right(ranges, (seq, float("inf"))) - 1
     return i >= 0 and ranges[i][0] <= seq <= ranges[i][1]
@@ -139,14 +111,13 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
                     policy = view.on_error if rejected else view.on_bug
                     attempt = (state.attempts if nxt == state.last_seq + 1 else 0) + 1
                     exc_type, message, trace = describe_exception(exc)
-                    error = {"reason": f"{exc_type}: {message}", "exception_type": exc_type, "message": message,
-                             "traceback": trace, "logged_at_us": entry.t_us,
-                             "error_class": "reject" if rejected else "bug", "attempt": attempt}
-                    out.emit("error", name, stream_id, entry.entry_idx, "handler_error", error, msg)
+                    error = ErrorRecord(name, stream_id, entry.entry_idx, "handler_error", msg,
+                                        f"{exc_type}: {message}", entry.t_us, exc_type, message, trace,
+                                        "reject" if rejected else "bug", attempt)
+                    out.errors.append(error)
                     if policy != "skip":  # the message stays buffered: an operator decides (or the run fails)
                         if policy == "fail":
-                            out.emit("fatal", name, stream_id, entry.entry_idx, "handler_bug", error, msg)
-                            out.fatal += 1
+                            out.fatal.append(HandlerBug(name, stream_id, msg.seq, entry.entry_idx, error.reason))
                         state.parked, state.attempts = True, attempt
                         break
                 done[outcome] += 1
@@ -166,9 +137,8 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
             else:
                 break
             first_waiting = min(pending)
-            out.emit("gap", name, stream_id, entry.entry_idx, reason,
-                     {"first_missing": nxt, "last_missing": first_waiting - 1,
-                      "waited_us": waited, "batch_id": entry.batch_id, "skipped_at_us": entry.t_us})
+            out.gaps.append(GapRecord(name, stream_id, entry.entry_idx, reason, nxt, first_waiting - 1, waited,
+                                      entry.batch_id, entry.t_us))
             out.count(name, entry.entry_idx, "gaps_skipped")
             crash_point("order.gap_skipped")
             state.skipped.append((nxt, first_waiting - 1))
@@ -197,9 +167,8 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
             if seq <= state.last_seq:
                 if _in_skipped(state.skipped, seq):
                     out.count(name, entry.entry_idx, "late")
-                    out.emit("error", name, stream_id, entry.entry_idx, "late",
-                             {"reason": f"seq {seq} arrived after its gap was skipped",
-                              "logged_at_us": entry.t_us}, msg)
+                    out.errors.append(ErrorRecord(name, stream_id, entry.entry_idx, "late", msg,
+                                                  f"seq {seq} arrived after its gap was skipped", entry.t_us))
                 else:
                     out.count(name, entry.entry_idx, "duplicate")
                 continue
@@ -212,10 +181,9 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
                 out.count(name, entry.entry_idx, "duplicate")
             else:
                 out.count(name, entry.entry_idx, "conflict")
-                out.emit("error", name, stream_id, entry.entry_idx, "conflict",
-                         {"reason": f"seq {seq} differs from the first received "
-                                    f"(batch {first.batch_id}, line {first.line})",
-                          "logged_at_us": entry.t_us}, msg)
+                out.errors.append(ErrorRecord(name, stream_id, entry.entry_idx, "conflict", msg,
+                                              f"seq {seq} differs from the first received "
+                                              f"(batch {first.batch_id}, line {first.line})", entry.t_us))
         if operator and state.parked:
             state.parked = False
             if entry.kind == "skip":
@@ -225,16 +193,14 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
         if not state.parked:
             walk(entry)  # skipped ranges are appended in increasing seq order: `skipped` stays sorted
 
-    out.emit("watermark", name, stream_id, last_entry, "",
-             {"stream_type": state.stream_type, "last_seq": state.last_seq, "blocked_at": state.blocked_at,
-              "blocked_since_us": state.blocked_since_us, "parked": state.parked,
-              "pending_count": len(pending), "attempts": state.attempts})
-    for msg in sorted(pending.values()):
-        out.emit("pending", name, stream_id, msg.entry_idx, "", None, msg)
+    out.watermarks.append(WatermarkRecord(name, stream_id, last_entry, state.stream_type, state.last_seq,
+                                          state.blocked_at, state.blocked_since_us, state.parked, len(pending),
+                                          state.attempts))
+    out.pending.extend(PendingRecord(name, stream_id, msg) for msg in sorted(pending.values()))
     crash_point("order.stream_walked")
     for table in view.tables:
         member = applier.tables[table.name]
         if table.kind == "keyed":
-            out.emit("rows", name, stream_id, last_entry, table.name, list(member.rows.values()))
+            out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, list(member.rows.values())))
         elif table.kind == "append" and member.appended:
-            out.emit("rows", name, stream_id, last_entry, table.name, member.appended)
+            out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, member.appended))

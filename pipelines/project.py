@@ -10,64 +10,36 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
 import shutil
 import time
-import typing
 from dataclasses import dataclass, field
-from datetime import date
-from decimal import Decimal
+from datetime import timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from pipelines.ingest import archive_path
 from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.message import Message
 from pipelines.order import HandlerBug, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.planning import PassBounds, PlannedEntry, StreamSketch, cut_passes
+from pipelines.pass_data import InputKind, OutputKind, output_batches, output_schema, row_column
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, is_local, mark_used, ship_code, shuffle_partitions
 from pipelines.layout import LIVE, Layout
 from pipelines.store import Home, Store, us_from_utc
-from pipelines.view import View
+from pipelines.view import Table, View
 
-STATE, PENDING, NEW = 0, 1, 2
-INPUT_SCHEMA = pa.schema([
-    ("view", pa.string()), ("stream_id", pa.string()), ("rec_type", pa.int32()), ("entry_idx", pa.int64()),
-    ("line", pa.int64()), ("seq", pa.int64()), ("batch_id", pa.string()), ("event_type", pa.string()),
-    ("payload", pa.string()), ("occurred_at", pa.string()), ("event_id", pa.string()),
-    ("stream_type", pa.string()), ("state", pa.string()), ("views", pa.string()),
-])  # state and pending rows belong to `view`; a new message goes to each of `views` (pipelines/select.py)
-# Pending messages and error rows carry their message in typed columns (no JSON round trip), named
-# after the fields of `Message` (its entry_idx as msg_entry_idx: the row's own entry_idx is the output's).
-_MESSAGE_COLUMNS = [("msg_entry_idx" if name == "entry_idx" else name, pa.int64() if hint is int else pa.string())
-                    for name, hint in typing.get_type_hints(Message).items()]
-OUTPUT_SCHEMA = pa.schema([
-    ("kind", pa.string()), ("view", pa.string()), ("stream_id", pa.string()), ("entry_idx", pa.int64()),
-    ("name", pa.string()), ("n", pa.int64()), ("data", pa.string()), *_MESSAGE_COLUMNS,
-])
-_SPARK_TYPES = {pa.string(): "string", pa.int64(): "long"}
-_OUTPUT_SPARK_SCHEMA = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in OUTPUT_SCHEMA)
+INPUTS_FILE = "inputs.parquet"  # the touched state and buffers, in the pass's scratch folder
+# the columns a message row is read by (an input's STATE columns are read only for STATE rows)
+_MESSAGE_INPUT = ["stream_id", "rec_type", "view", "views", *Message._fields]
 _FLUSH_EVERY = 20_000
 FATAL_METRIC = "fatal"  # how many "fatal" records a partition wrote (read with the summary, not the data)
-
-
-def json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, date):  # datetimes too: TIMESTAMPTZ values are aware, in UTC
-        return value.isoformat()
-    raise TypeError(f"cannot store {type(value).__name__} in a view table")
-
-
-# one encoder for every record (json.dumps with options would build a new one per call)
-_ENCODER = json.JSONEncoder(default=json_default, separators=(",", ":"), ensure_ascii=False)
-dumps = _ENCODER.encode
 
 
 @dataclass
@@ -150,11 +122,15 @@ def _entry_streams(kind: str, records: int, by_type: dict[str, StreamSketch] | N
     return out
 
 
-# A buffered stream (pending p, watermark w) the entry at l.t_us must walk even without new messages: its
-# gap timer is due, or its buffer is over max_pending (l: the view's limits); the others would walk
-# to the state they have.
-WALK_BUFFER = ("(w.stream_id IS NULL OR (NOT w.parked AND (w.blocked_since IS NULL "
-               "OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us OR w.pending_count > l.max_pending)))")
+# The buffered streams (watermark w, view limits l) the entry at l.t_us must walk even without new
+# messages: a gap timer due, or a buffer over max_pending; the others would walk to the state they have.
+# Found by a filter on the watermarks (pending_count > 0, which DuckDB's row-group statistics skip on),
+# not by a scan of the pending messages joined to every watermark.
+DUE_BUFFERS = """
+    SELECT w.view, w.stream_id FROM {state}.watermarks w JOIN {limits} ON l.view = w.view
+    WHERE w.pending_count > 0 AND NOT w.parked
+      AND (w.blocked_since IS NULL OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us
+           OR w.pending_count > l.max_pending)"""
 
 
 def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
@@ -163,156 +139,135 @@ def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
     if not limits:
         return []
     values = ", ".join("(?, ?, ?, ?)" for _ in limits)
-    return [r[0] for r in con.execute(
-        f"""SELECT DISTINCT p.view FROM inorder.pending p
-            JOIN (VALUES {values}) l(view, t_us, gap_timeout_us, max_pending) USING (view)
-            LEFT JOIN inorder.watermarks w USING (view, stream_id) WHERE {WALK_BUFFER} ORDER BY 1""",
-        [x for row in limits for x in row]).fetchall()]
-
-
-def _table_rows(store: Store, sql: str, params: list) -> tuple[list[str], list[tuple]]:
-    cursor = store.con.execute(sql, params)
-    return [d[0] for d in cursor.description], cursor.fetchall()
+    due = DUE_BUFFERS.format(state=LIVE.state, limits=f"(VALUES {values}) l(view, t_us, gap_timeout_us, max_pending)")
+    return [r[0] for r in con.execute(f"SELECT DISTINCT d.view FROM ({due}) d ORDER BY 1",
+                                      [x for row in limits for x in row]).fetchall()]
 
 
 def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, layout: Layout = LIVE
-                ) -> tuple[pa.Table, list[str]]:
-    """State and pending rows of every (view, stream) the pass touches, and the archive files to read."""
+                ) -> tuple[Path | None, list[str]]:
+    """The STATE and PENDING rows of every (view, stream) the pass touches, as a Parquet file in the pass's
+    scratch folder (None: there are none), and the archive files to read."""
     con = store.con
     batch_entries = [e["entry_idx"] for e in plan.entries if e["kind"] == "batch"]
     files = [str(archive_path(home, i)) for i in batch_entries]
     con.execute("CREATE OR REPLACE TEMP TABLE pass_todo (view VARCHAR, entry_idx BIGINT)")
-    con.executemany("INSERT INTO pass_todo VALUES (?, ?)", plan.view_entries)
+    con.executemany("INSERT INTO pass_todo (view, entry_idx) VALUES (?, ?)", plan.view_entries)
     con.execute("CREATE OR REPLACE TEMP TABLE pass_subs (view VARCHAR, stream_type VARCHAR)")
     con.executemany("INSERT INTO pass_subs (stream_type, view) VALUES (?, ?)", subscriptions(views))
     # one scan of the archive: which streams the pass touches, and (for the ledger) their stream types
     con.execute("CREATE OR REPLACE TEMP TABLE pass_messages "
                 "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT)")
     if files:
-        con.execute("INSERT INTO pass_messages SELECT entry_idx, stream_type, stream_id, count(*) "
-                    "FROM read_parquet(?) GROUP BY ALL", [files])
+        con.execute("INSERT INTO pass_messages (entry_idx, stream_type, stream_id, n) "
+                    "SELECT a.entry_idx, a.stream_type, a.stream_id, count(*) FROM read_parquet(?) a "
+                    "GROUP BY a.entry_idx, a.stream_type, a.stream_id", [files])
     plan.message_counts = {(entry_idx, stream_type): int(n) for entry_idx, stream_type, n in con.execute(
-        "SELECT entry_idx, stream_type, sum(n) FROM pass_messages GROUP BY ALL").fetchall()}
+        "SELECT m.entry_idx, m.stream_type, sum(m.n) FROM pass_messages m GROUP BY m.entry_idx, m.stream_type"
+    ).fetchall()}
     # A buffered stream that gets no message and no operator action changes only when a gap timer
     # fires or its buffer is over `max_pending`; the others would walk to the same state, so they
-    # stay out of the pass (DESIGN §7: per-run work follows the batch and the buffers it touches).
+    # stay out of the pass (CONCEPTS §7: per-run work follows the batch and the buffers it touches).
     con.execute("CREATE OR REPLACE TEMP TABLE pass_limits "
                 "(view VARCHAR, t_us BIGINT, gap_timeout_us BIGINT, max_pending BIGINT)")
-    con.executemany("INSERT INTO pass_limits VALUES (?, ?, ?, ?)", [
+    con.executemany("INSERT INTO pass_limits (view, t_us, gap_timeout_us, max_pending) VALUES (?, ?, ?, ?)", [
         (v.name, max(e.t_us for e in plan.by_view[v.name]), v.gap_timeout_us, v.max_pending)
         for v in views if v.name in plan.by_view])
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_streams AS
-        SELECT DISTINCT p.view, p.stream_id FROM {layout.state}.pending p JOIN pass_limits l USING (view)
-              LEFT JOIN {layout.state}.watermarks w USING (view, stream_id)
-              WHERE {WALK_BUFFER}
+        {DUE_BUFFERS.format(state=layout.state, limits="pass_limits l")}
         UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
               JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
         UNION SELECT t.view, m.stream_id FROM pass_messages m
-              JOIN pass_todo t USING (entry_idx) JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
+              JOIN pass_todo t ON t.entry_idx = m.entry_idx
+              JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
 
-    states: dict[tuple[str, str], dict] = {}
-    for view_name, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked, attempts in con.execute(
-            f"""SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked,
-                      w.attempts FROM {layout.state}.watermarks w JOIN pass_streams USING (view, stream_id)""").fetchall():
-        states[(view_name, stream_id)] = {
-            "stream_type": stream_type, "last_seq": last_seq, "blocked_at": blocked_at,
-            "blocked_since_us": us_from_utc(blocked_since), "parked": parked, "attempts": attempts, "skipped": [],
-            "keyed_rows": {}, "newest_rows": {}}
-    for view_name, stream_id, first, last in con.execute(
-            f"""SELECT g.view, g.stream_id, g.first_missing, g.last_missing FROM {layout.state}.gaps g
-               JOIN pass_streams USING (view, stream_id) ORDER BY 1, 2, 3""").fetchall():
-        states[(view_name, stream_id)]["skipped"].append((first, last))
-    for view in views:
-        if view.name not in plan.by_view:
-            continue
-        for table in view.tables:
-            if table.kind == "aggregate":
-                continue
-            key = f'"{table.stream_key}"'
-            newest = ""
-            if table.kind == "append":
-                order = ", ".join(f'"{c}" DESC' for c in table.primary_key)
-                newest = f"QUALIFY row_number() OVER (PARTITION BY t.{key} ORDER BY {order}) = 1"
-            columns, rows = _table_rows(store, f"""
-                SELECT t.* FROM {layout.table(table.name)} t JOIN pass_streams p ON p.view = ? AND p.stream_id = t.{key}
-                {newest}""", [view.name])
-            k = columns.index(table.stream_key)
-            for row in rows:
-                state = states.get((view.name, row[k]))
-                if state is None:  # rows of a stream the view has no watermark for (written outside
-                    # inorder): carry them through, since a keyed table is rewritten per stream
-                    state = states[(view.name, row[k])] = {"skipped": [], "keyed_rows": {}, "newest_rows": {}}
-                record = dict(zip(columns, row))
-                if table.kind == "keyed":
-                    state["keyed_rows"].setdefault(table.name, []).append(record)
-                else:
-                    state["newest_rows"][table.name] = record
-
-    columns: dict[str, list] = {f.name: [] for f in INPUT_SCHEMA}
-
-    def add(**values: Any) -> None:
-        for name, column in columns.items():
-            column.append(values.get(name))
-
-    for (view_name, stream_id), state in states.items():
-        add(view=view_name, stream_id=stream_id, rec_type=STATE, entry_idx=0, line=0, state=dumps(state))
-    for row in con.execute(
-            f"""SELECT view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id, batch_id,
-                      line, entry_idx FROM {layout.state}.pending JOIN pass_streams USING (view, stream_id)""").fetchall():
-        add(view=row[0], stream_id=row[1], rec_type=PENDING, seq=row[2], stream_type=row[3], event_type=row[4],
-            payload=row[5], occurred_at=row[6], event_id=row[7], batch_id=row[8], line=row[9], entry_idx=row[10])
-    return pa.table(columns, schema=INPUT_SCHEMA), files
+    # the touched state, typed, written by DuckDB itself where the executors read it (docs/STORE.md, "The pass")
+    scratch = pass_folder(home, layout)
+    shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
+    scratch.mkdir(parents=True)
+    parts = [_state_sql(view, layout) for view in views if view.name in plan.by_view]
+    parts.append(f"""
+        SELECT p.view, p.stream_id, {int(InputKind.PENDING)}::INTEGER AS rec_type, p.entry_idx, p.line, p.seq,
+               p.batch_id, p.event_type, p.payload, p.occurred_at, p.event_id, p.stream_type,
+               NULL::VARCHAR AS views  -- a NEW message's; here so that the file has every input column
+        FROM {layout.state}.pending p JOIN pass_streams s ON s.view = p.view AND s.stream_id = p.stream_id""")
+    inputs = scratch / INPUTS_FILE
+    target = str(inputs).replace("'", "''")
+    (written,) = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO '{target}' (FORMAT parquet)").fetchone()
+    return (inputs if written else None), files
 
 
-def _decode_state(view: View, text: str, first_seq: int) -> StreamState:
-    data = json.loads(text)
-    state = StreamState.loaded(data, [tuple(r) for r in data["skipped"]], first_seq)
+def _state_sql(view: View, layout: Layout) -> str:
+    """The STATE rows (pipelines/pass_data.py) of `view`'s streams in `pass_streams`: its watermark, logged
+    gap ranges, a keyed table's rows and an append table's newest row. A stream with rows but no watermark
+    (rows written outside inorder) has a state too: a keyed table is rewritten per stream."""
+    joins, columns, present = [], [], []
+    for i, table in enumerate(t for t in view.tables if t.kind != "aggregate"):
+        rows, key = f"t{i}", f'r."{table.stream_key}"'
+        row = "struct_pack(" + ", ".join(f'"{c}" := r."{c}"' for c in table.columns) + ")"
+        stored = layout.table(table.name) if table.kind == "keyed" else layout.newest_rows(table.name)
+        source = f"FROM {stored} r JOIN pass_streams s ON s.view = '{view.name}' AND s.stream_id = {key}"
+        if table.kind == "keyed":
+            order = ", ".join(f'r."{c}"' for c in table.primary_key)
+            sub = f"SELECT {key} AS stream_id, list({row} ORDER BY {order}) AS state {source} GROUP BY {key}"
+        else:  # the newest row, which the engine keeps per stream: no read of the table's history
+            sub = f"SELECT {key} AS stream_id, {row} AS state {source}"
+        joins.append(f"LEFT JOIN ({sub}) {rows} ON {rows}.stream_id = s.stream_id")
+        columns.append(f', {rows}.state AS "{row_column(view.name, table.name)}"')
+        present.append(f" OR {rows}.stream_id IS NOT NULL")
+    return f"""
+        SELECT s.view, s.stream_id, {int(InputKind.STATE)}::INTEGER AS rec_type, 0::BIGINT AS entry_idx,
+               0::BIGINT AS line, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts,
+               g.skipped{''.join(columns)}
+        FROM pass_streams s
+        LEFT JOIN {layout.state}.watermarks w ON w.view = s.view AND w.stream_id = s.stream_id
+        LEFT JOIN (SELECT g.stream_id, list(struct_pack(first_missing := g.first_missing,
+                                                        last_missing := g.last_missing)
+                                            ORDER BY g.first_missing, g.last_missing) AS skipped
+                   FROM {layout.state}.gaps g JOIN pass_streams s ON s.view = g.view AND s.stream_id = g.stream_id
+                   WHERE g.view = '{view.name}' GROUP BY g.stream_id) g ON g.stream_id = s.stream_id
+        {' '.join(joins)}
+        WHERE s.view = '{view.name}' AND (w.stream_id IS NOT NULL{''.join(present)})"""
+
+
+def _decode_state(view: View, row: dict, first_seq: int) -> StreamState:
+    """A STATE input row (its blocked_since in microseconds) as the walk starts from it."""
+    watermark = {} if row["last_seq"] is None else {
+        "stream_type": row["stream_type"], "last_seq": row["last_seq"], "blocked_at": row["blocked_at"],
+        "blocked_since_us": row["blocked_since"], "parked": row["parked"], "attempts": row["attempts"]}
+    skipped = [(r["first_missing"], r["last_missing"]) for r in row["skipped"] or ()]
+    state = StreamState.loaded(watermark, skipped, first_seq)
     for table in view.tables:
-        restorers = table.text_restorers
-
-        def typed(row: dict) -> dict:
-            for column, restore in restorers:
-                if row.get(column) is not None:
-                    row[column] = restore(row[column])
-            return row
-
-        if table.name in data["keyed_rows"]:
-            state.keyed_rows[table.name] = [typed(r) for r in data["keyed_rows"][table.name]]
-        if data["newest_rows"].get(table.name) is not None:
-            state.newest_rows[table.name] = typed(data["newest_rows"][table.name])
+        stored = row.get(row_column(view.name, table.name))
+        if stored is None:
+            continue
+        utc = table.utc_columns
+        for r in stored if table.kind == "keyed" else (stored,):
+            for column in utc:
+                if r[column] is not None:
+                    r[column] = r[column].astimezone(timezone.utc)
+        if table.kind == "keyed":
+            state.keyed_rows[table.name] = stored
+        else:
+            state.newest_rows[table.name] = stored
     return state
 
 
-_NO_MESSAGE = (None,) * len(_MESSAGE_COLUMNS)
-
-
-def _output_batch(records: list[tuple]) -> pa.RecordBatch:
-    kinds, views, streams, entries, names, ns, datas = [], [], [], [], [], [], []
-    messages = []
-    for kind, view, stream_id, entry_idx, name, data, msg in records:
-        kinds.append(kind)
-        views.append(view)
-        streams.append(stream_id)
-        entries.append(entry_idx)
-        names.append(name)
-        if kind in ("count", "metric"):
-            ns.append(data)
-            datas.append(None)
-        else:
-            ns.append(None)
-            datas.append(None if data is None else dumps(data))
-        messages.append(_NO_MESSAGE if msg is None else msg)
-    message_columns = list(zip(*messages)) if messages else [[] for _ in _MESSAGE_COLUMNS]
-    arrays = [pa.array(kinds, pa.string()), pa.array(views, pa.string()), pa.array(streams, pa.string()),
-              pa.array(entries, pa.int64()), pa.array(names, pa.string()), pa.array(ns, pa.int64()),
-              pa.array(datas, pa.string())]
-    arrays += [pa.array(column, dtype) for column, (_, dtype) in zip(message_columns, _MESSAGE_COLUMNS)]
-    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_SCHEMA)
+def _state_rows(batch: pa.RecordBatch) -> dict[int, dict]:
+    """The batch's STATE rows by position, as dicts (blocked_since in microseconds)."""
+    positions = pc.indices_nonzero(pc.equal(batch.column("rec_type"), int(InputKind.STATE)))
+    if not len(positions):
+        return {}
+    rows = batch.take(positions)
+    since = rows.schema.get_field_index("blocked_since")
+    rows = rows.set_column(since, "blocked_since", pc.cast(rows.column(since), pa.int64()))
+    return dict(zip(positions.to_pylist(), rows.to_pylist()))
 
 
 def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str, View],
-                              entries: dict[str, list[PassEntry]], first_seq: int) -> Iterator[pa.RecordBatch]:
+                              entries: dict[str, list[PassEntry]], first_seq: int,
+                              schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """mapInArrow body (see `_order_and_apply`), with Python's cyclic garbage collector paused.
 
     The walk allocates a few objects per message (messages, events, rows) and makes no reference
@@ -322,20 +277,21 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
     enabled = gc.isenabled()
     gc.disable()
     try:
-        yield from _order_and_apply(batches, views, entries, first_seq)
+        yield from _order_and_apply(batches, views, entries, first_seq, schema)
     finally:
         if enabled:
             gc.enable()
 
 
 def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
-                     entries: dict[str, list[PassEntry]], first_seq: int) -> Iterator[pa.RecordBatch]:
+                     entries: dict[str, list[PassEntry]], first_seq: int,
+                     schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Rows arrive sorted by (stream_id, rec_type, view, entry_idx, line), so a stream's state and
     pending rows (one set per view) come first, then its new messages, each once."""
     out = PassOutput()
     aggregates: dict[str, dict[str, dict]] = {}
     stream_id: str | None = None
-    states: dict[str, str] = {}
+    states: dict[str, dict] = {}
     pending: dict[str, list[Message]] = {}
     new: list[Message] = []
     new_views: list[str] = []
@@ -354,8 +310,8 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
                         by_view.setdefault(view_name, []).append(msg)
         for view_name in sorted(states.keys() | pending.keys() | by_view.keys()):
             view = views[view_name]
-            text = states.get(view_name)
-            state = _decode_state(view, text, first_seq) if text else StreamState(last_seq=first_seq - 1)
+            stored = states.get(view_name)
+            state = _decode_state(view, stored, first_seq) if stored else StreamState(last_seq=first_seq - 1)
             walk_stream(view, stream_id, state, pending.get(view_name, []), by_view.get(view_name, []),
                         entries[view_name], out, aggregates.setdefault(view_name, {}))
         walk_seconds += time.perf_counter() - started
@@ -365,9 +321,9 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
         n = batch.num_rows
         if not n:
             continue
-        cols = batch.to_pydict()
-        stream_col, rec_col, view_col, state_col, views_col = (
-            cols["stream_id"], cols["rec_type"], cols["view"], cols["state"], cols["views"])
+        cols = batch.select(_MESSAGE_INPUT).to_pydict()
+        state_rows = _state_rows(batch)
+        stream_col, rec_col, view_col, views_col = cols["stream_id"], cols["rec_type"], cols["view"], cols["views"]
         message_rows = list(map(Message._make, zip(*(cols[name] for name in Message._fields))))
         ids = batch.column("stream_id")
         changes = pc.indices_nonzero(pc.not_equal(ids.slice(1), ids.slice(0, n - 1))).to_pylist()
@@ -376,15 +332,15 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
             if stream_col[start] != stream_id:
                 if stream_id is not None:
                     flush_stream()
-                    if len(out.records) >= _FLUSH_EVERY:
-                        yield _output_batch(out.records)
-                        out.records.clear()
+                    if len(out) >= _FLUSH_EVERY:
+                        yield from output_batches(out, schema)
+                        out.clear_records()
                         gc.collect(1)
                 stream_id, states, pending, new, new_views = stream_col[start], {}, {}, [], []
             i = start
-            while i < end and rec_col[i] != NEW:  # a stream's state and pending rows sort first
-                if rec_col[i] == STATE:
-                    states[view_col[i]] = state_col[i]
+            while i < end and rec_col[i] != InputKind.NEW:  # a stream's state and pending rows sort first
+                if rec_col[i] == InputKind.STATE:
+                    states[view_col[i]] = state_rows[i]
                 else:
                     pending.setdefault(view_col[i], []).append(message_rows[i])
                 i += 1
@@ -392,20 +348,18 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
             new_views.extend(views_col[i:end])
     if stream_id is not None:
         flush_stream()
-    for (view_name, entry_idx, name), n in out.counts.items():
-        out.emit("count", view_name, "", entry_idx, name, n)
-    out.emit("metric", "", "", 0, "walk_us", int(walk_seconds * 1e6))
     # CPU time too: on a busy machine the JVM takes cores from the walk, which inflates its wall time
-    out.emit("metric", "", "", 0, "walk_cpu_us", int(walk_cpu_seconds * 1e6))
-    out.emit("metric", "", "", 0, FATAL_METRIC, out.fatal)
-    for view_name, tables in aggregates.items():
-        for table_name, sums in tables.items():
-            if sums:
-                key_cols = views[view_name].table(table_name).primary_key
-                rows = [{**dict(zip(key_cols, k if len(key_cols) > 1 else (k,))), **v} for k, v in sums.items()]
-                out.emit("aggregate", view_name, "", 0, table_name, rows)
-    if out.records:
-        yield _output_batch(out.records)
+    metrics = {"walk_us": int(walk_seconds * 1e6), "walk_cpu_us": int(walk_cpu_seconds * 1e6),
+               FATAL_METRIC: len(out.fatal)}
+    sums = {view_name: {table_name: _aggregate_partials(views[view_name].table(table_name), table_sums)
+                        for table_name, table_sums in tables.items()} for view_name, tables in aggregates.items()}
+    yield from output_batches(out, schema, sums, metrics, with_counts=True)
+
+
+def _aggregate_partials(table: Table, sums: dict) -> list[dict]:
+    """A partition's partial sums of an aggregate table as rows: the key's columns and the summed ones."""
+    key_cols = table.primary_key
+    return [{**dict(zip(key_cols, k if len(key_cols) > 1 else (k,))), **v} for k, v in sums.items()]
 
 
 def archived_messages(spark: SparkSession, files: list[str]) -> DataFrame:
@@ -429,7 +383,7 @@ class PassResult:
 
     def summary(self) -> pa.Table:
         """The rows ProjectionStats counts (counts, metrics, watermarks), without their data."""
-        kinds = ["count", "metric", "watermark"]
+        kinds = [OutputKind.COUNT.value, OutputKind.METRIC.value, OutputKind.WATERMARK.value]
         columns = ["kind", "view", "name", "n"]
         if self.folder is None:
             return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
@@ -438,16 +392,16 @@ class PassResult:
     def fatal(self, summary: pa.Table) -> list[HandlerBug]:
         """Handler bugs of views with on_bug="fail" (the pass must not be committed); the pass's data is
         read only when its `summary` counts some."""
-        metrics = summary.filter(pc.and_(pc.equal(summary["kind"], "metric"), pc.equal(summary["name"], FATAL_METRIC)))
+        metrics = summary.filter(pc.and_(pc.equal(summary["kind"], OutputKind.METRIC.value),
+                                         pc.equal(summary["name"], FATAL_METRIC)))
         if not pc.sum(metrics["n"]).as_py():
             return []
-        columns = ["view", "stream_id", "seq", "entry_idx", "data"]
+        columns = ["view", "stream_id", "seq", "entry_idx", "reason"]
         if self.folder is None:
-            table = self.table.filter(pc.equal(self.table["kind"], "fatal")).select(columns)
+            table = self.table.filter(pc.equal(self.table["kind"], OutputKind.FATAL.value)).select(columns)
         else:
-            table = pq.read_table(self.folder, columns=columns, filters=[("kind", "=", "fatal")])
-        return [HandlerBug(row["view"], row["stream_id"], row["seq"], row["entry_idx"], json.loads(row["data"])["reason"])
-                for row in table.to_pylist()]
+            table = pq.read_table(self.folder, columns=columns, filters=[("kind", "=", OutputKind.FATAL.value)])
+        return [HandlerBug(**row) for row in table.to_pylist()]
 
 
 def pass_folder(home: Home, layout: Layout = LIVE) -> Path:
@@ -463,49 +417,44 @@ def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views:
     during the Spark work. A pass with no message and no buffer to walk (a tick with no timer due)
     needs no Spark at all. With `let_writers_in` (a rebuild's replay, which reads and writes only its
     shadow), the writer lock is let go too, so runs ingest and project meanwhile."""
-    state_rows, files = load_inputs(store, home, views, plan, layout)
-    if not state_rows.num_rows and not files:
-        return PassResult(table=OUTPUT_SCHEMA.empty_table())
+    inputs, files = load_inputs(store, home, views, plan, layout)
+    if inputs is None and not files:
+        return PassResult(table=output_schema(v for v in views if v.name in plan.by_view).empty_table())
     with store.released(writer=let_writers_in):
         session = spark()
         try:
-            return _order_and_apply_in_spark(session, home, views, plan, first_seq, state_rows, files,
+            return _order_and_apply_in_spark(session, home, views, plan, first_seq, inputs, files,
                                              pass_folder(home, layout))
         finally:
             mark_used(session)
 
 
 def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View], plan: PassPlan, first_seq: int,
-                              state_rows: pa.Table, files: list[str], scratch: Path) -> PassResult:
+                              inputs: Path | None, files: list[str], scratch: Path) -> PassResult:
     in_pass = [v for v in views if v.name in plan.by_view]
+    schema = output_schema(in_pass)
     ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
     local = is_local(spark)
-    shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
     frames = []
-    if state_rows.num_rows and local:  # a file, so the state never sits in the JVM's heap as a local relation
-        scratch.mkdir(parents=True)
-        pq.write_table(state_rows, scratch / "state.parquet")
-        frames.append(spark.read.parquet(str(scratch / "state.parquet")))
-    elif state_rows.num_rows:
-        frames.append(spark.createDataFrame(state_rows))
+    if inputs is not None:  # local: read where DuckDB wrote it; else shipped from the driver (Arrow, no row in Python)
+        frames.append(spark.read.parquet(str(inputs)) if local else spark.createDataFrame(pq.read_table(inputs)))
     if files:
         messages = archived_messages(spark, files)
         selected = select_views(spark, messages, plan.view_entries, in_pass)
-        frames.append(selected.selectExpr(*[
-            "CAST(2 AS INT) AS rec_type" if f.name == "rec_type" else
-            f"CAST(NULL AS STRING) AS {f.name}" if f.name in ("view", "state") else f.name for f in INPUT_SCHEMA]))
+        frames.append(selected.selectExpr(f"CAST({int(InputKind.NEW)} AS INT) AS rec_type", "CAST(NULL AS STRING) AS view",
+                                          "stream_id", "views", *Message._fields))
     if not frames:
-        return PassResult(table=OUTPUT_SCHEMA.empty_table())
-    combined = functools.reduce(lambda a, b: a.unionByName(b), frames)
+        return PassResult(table=schema.empty_table())
+    combined = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     partition = functools.partial(order_and_apply_partition, views={v.name: v for v in in_pass},
-                                  entries=plan.by_view, first_seq=first_seq)
+                                  entries=plan.by_view, first_seq=first_seq, schema=schema)
     result = (combined.repartition(shuffle_partitions(spark), "stream_id")
               .sortWithinPartitions("stream_id", "rec_type", "view", "entry_idx", "line")
-              .mapInArrow(partition, _OUTPUT_SPARK_SCHEMA))
+              .mapInArrow(partition, from_arrow_schema(schema)))
     if not local:
         return PassResult(table=result.toArrow())
     output = scratch / "output"
     result.write.mode("overwrite").parquet(str(output))
     if not any(output.glob("*.parquet")):
-        return PassResult(table=OUTPUT_SCHEMA.empty_table())
+        return PassResult(table=schema.empty_table())
     return PassResult(folder=output)

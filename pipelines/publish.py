@@ -1,4 +1,4 @@
-"""Publishing committed views to PostgreSQL, for production readers (DESIGN §4).
+"""Publishing committed views to PostgreSQL, for production readers (CONCEPTS §4).
 
 After each DuckDB commit, every view the pass changed is published in ONE PostgreSQL transaction
 that also moves its row of `inorder_published(view, entry_idx, batch_id, published_at)`, so a
@@ -27,7 +27,8 @@ from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import duckdb
 
-from pipelines.commit import pass_rows_sql
+from pipelines.commit import pass_rows_sql, walked_streams_sql
+from pipelines.pass_data import OutputKind
 from pipelines.faults import crash_point
 from pipelines.view import Table, View, check_identifier
 
@@ -291,21 +292,22 @@ class Publisher:
         if mode == "full" or (mode == "catch-up" and table.kind == "aggregate"):
             rows_sql, params, stream_scope = own, [], "all"
         elif table.kind == "aggregate":  # delta: absolute values of the keys the pass added to
-            keys = ", ".join(f'"{c}"' for c in table.primary_key)
-            rows_sql = f"{own} SEMI JOIN (SELECT DISTINCT {keys} FROM ({pass_rows_sql(table)})) USING ({keys})"
-            params = ["aggregate", view.name, table.name]
+            changed = " AND ".join(f'a."{c}" = p."{c}"' for c in table.primary_key)
+            rows_sql = (f'{own} a WHERE EXISTS (SELECT 1 FROM '
+                        f"({pass_rows_sql(view, table, OutputKind.AGGREGATE)}) p WHERE {changed})")
+            params = []
         elif table.kind == "append" and mode == "delta":
-            rows_sql, params = f"SELECT {cols} FROM ({pass_rows_sql(table)})", ["rows", view.name, table.name]
+            rows_sql, params = f"SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)})", []
         else:  # a keyed table's delta, or a stream table's catch-up: the changed streams' rows
             key_type = table.columns[table.stream_key]
             if mode == "delta":
-                streams = "SELECT DISTINCT stream_id FROM pass_out WHERE kind = 'watermark' AND view = ?"
-                params = [view.name]
+                streams, params = f"SELECT DISTINCT w.stream_id FROM ({walked_streams_sql(view)}) w", []
             else:
-                streams = "SELECT stream_id FROM inorder.watermarks WHERE view = ? AND updated_entry > ?"
+                streams = ("SELECT w.stream_id FROM inorder.watermarks w WHERE w.view = ? AND w.updated_entry > ?")
                 params = [view.name, done]
-            stream_scope = (f"SELECT CAST(stream_id AS {key_type}) FROM ({streams})", list(params))
-            rows_sql = f'{own} WHERE "{table.stream_key}" IN (SELECT CAST(stream_id AS {key_type}) FROM ({streams}))'
+            stream_scope = (f"SELECT CAST(s.stream_id AS {key_type}) FROM ({streams}) s", list(params))
+            rows_sql = (f'{own} t WHERE t."{table.stream_key}" IN '
+                        f"(SELECT CAST(s.stream_id AS {key_type}) FROM ({streams}) s)")
         stage = f"inorder_stage_{table.name}"
         self.pg.execute(f'CREATE TEMP TABLE "{stage}" (LIKE {target}) ON COMMIT DROP')
         sent = self._copy(f'"{stage}"', table.columns, con.execute(rows_sql, params))

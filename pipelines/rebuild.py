@@ -1,4 +1,4 @@
-"""A rebuild's shadow: a view built anew beside the live one, then swapped in at once (DESIGN §5).
+"""A rebuild's shadow: a view built anew beside the live one, then swapped in at once (CONCEPTS §5).
 
 The shadow lives in a schema of its own (`Layout.shadow`): the view's tables and the engine's state
 tables, holding that view's rows only. Runs neither read nor write it, so they go on while it is
@@ -14,7 +14,7 @@ import duckdb
 
 from pipelines.layout import LIVE, STATE_DDL, STATE_TABLES, Layout
 from pipelines.store import Store
-from pipelines.versions import record
+from pipelines.versions import keep_newest_rows, record
 from pipelines.view import View
 
 
@@ -27,6 +27,9 @@ def prepare_shadow(store: Store, view: View, shadow: Layout) -> None:
         for table in view.tables:
             con.execute(table.ddl(shadow.table(table.name)))
         record(con, view, shadow)
+    for table in view.tables:
+        if table.kind == "append":
+            keep_newest_rows(store.con, table, shadow)
 
 
 def _columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> str:
@@ -52,6 +55,7 @@ def swap(store: Store, view: View, shadow: Layout) -> None:
                       for t in view.tables}
         for name in recorded - {t.name for t in view.tables}:
             con.execute(f"DROP TABLE IF EXISTS {LIVE.table(name)}")
+            con.execute(f"DROP TABLE IF EXISTS {LIVE.newest_rows(name)}")
         for table in view.tables:
             if same_shape[table.name]:
                 con.execute(f"DELETE FROM {LIVE.table(table.name)}")
@@ -61,6 +65,10 @@ def swap(store: Store, view: View, shadow: Layout) -> None:
             columns = ", ".join(f'"{c}"' for c in table.columns)
             con.execute(f"INSERT INTO {LIVE.table(table.name)} ({columns}) "
                         f"SELECT {columns} FROM {shadow.table(table.name)}")
+            if table.kind == "append":  # the engine's copy of each stream's newest row goes with it
+                con.execute(f"DROP TABLE IF EXISTS {LIVE.newest_rows(table.name)}")
+                con.execute(f"CREATE TABLE {LIVE.newest_rows(table.name)} AS "
+                            f"SELECT * FROM {shadow.newest_rows(table.name)}")
         for state_table in STATE_TABLES:
             columns = _columns(con, shadow.state, state_table)
             con.execute(f"DELETE FROM {LIVE.state}.{state_table} WHERE view = ?", [view.name])

@@ -24,6 +24,7 @@ from pipelines.publish import Publication, Publisher, PublishError, Publishing, 
 from pipelines.spark import stage_progress
 from pipelines.layout import LIVE, Layout
 from pipelines.order import HandlerBugFailure, NotParked
+from pipelines.pass_data import OutputKind
 from pipelines.rebuild import prepare_shadow, swap
 from pipelines.store import Home, Store, take_lock, us_from_utc
 from pipelines.versions import read_versions
@@ -74,24 +75,27 @@ class ProjectionStats:
         self.refused.update(other.refused)
         self.rebuilt += other.rebuilt
 
-    def add(self, out: pa.Table) -> None:
-        metrics = out.filter(pc.equal(out["kind"], "metric"))
-        for name, n in zip(metrics["name"].to_pylist(), metrics["n"].to_pylist()):
-            if name == "walk_us":
-                self.walk_seconds += n / 1e6
-            elif name == "walk_cpu_us":
-                self.walk_cpu_seconds += n / 1e6
-        counts = out.filter(pc.equal(out["kind"], "count"))
-        for view, name, n in zip(counts["view"].to_pylist(), counts["name"].to_pylist(), counts["n"].to_pylist()):
+    def add(self, summary: pa.Table) -> None:
+        """Count a pass's `PassResult.summary`: per kind and name, grouped by Arrow (no row in Python)."""
+        def totals(kind: OutputKind, keys: list[str]) -> list[dict]:
+            of_kind = summary.filter(pc.equal(summary["kind"], kind.value))
+            return of_kind.group_by(keys).aggregate([("n", "sum"), ("kind", "count")]).to_pylist()
+
+        for metric in totals(OutputKind.METRIC, ["name"]):
+            if metric["name"] == "walk_us":
+                self.walk_seconds += metric["n_sum"] / 1e6
+            elif metric["name"] == "walk_cpu_us":
+                self.walk_cpu_seconds += metric["n_sum"] / 1e6
+        for count in totals(OutputKind.COUNT, ["view", "name"]):
+            view, name, n = count["view"], count["name"], count["n_sum"]
             per_view = self.by_view.setdefault(view, {})
             per_view[name] = per_view.get(name, 0) + n
             if name == "selected":
                 self.selected += n
             elif name in ("applied", "handler_error"):
                 self.handler_calls += n
-        watermarks = out.filter(pc.equal(out["kind"], "watermark"))
-        for view in watermarks["view"].to_pylist():
-            self.streams_touched[view] = self.streams_touched.get(view, 0) + 1
+        for walked in totals(OutputKind.WATERMARK, ["view"]):
+            self.streams_touched[walked["view"]] = self.streams_touched.get(walked["view"], 0) + walked["kind_count"]
 
 
 @dataclass

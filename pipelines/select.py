@@ -1,4 +1,4 @@
-"""DESIGN §2 step 2: route each message to the views that subscribe to its stream type."""
+"""CONCEPTS §2 step 2: route each message to the views that subscribe to its stream type."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def subscribed_types(views: Iterable[View]) -> list[str]:
 
 
 def unrouted(stream_types: dict[str, int], views: Iterable[View]) -> dict[str, int]:
-    """Of a batch's messages per stream type, those of the types no view subscribes to (DESIGN §2)."""
+    """Of a batch's messages per stream type, those of the types no view subscribes to (CONCEPTS §2)."""
     subscribed = set(subscribed_types(views))
     return {t: n for t, n in sorted(stream_types.items()) if t not in subscribed and n}
 

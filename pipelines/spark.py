@@ -38,6 +38,8 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # the pass output's times as Parquet's UTC-adjusted microseconds (DuckDB reads them as TIMESTAMPTZ), not INT96
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.driver.memory": "2g",  # local mode: the one JVM; pass output goes to files, not its heap
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",

@@ -36,7 +36,7 @@ class ViewStatus:
 
     @property
     def conserved(self) -> bool:
-        """DESIGN §3: selected = applied + ignored + handler_error + duplicate + late + conflict + pending."""
+        """CONCEPTS §3: selected = applied + ignored + handler_error + duplicate + late + conflict + pending."""
         return self.selected == sum(self.outcomes.values()) + self.pending and self.pending == self.ledger_pending
 
 

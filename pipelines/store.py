@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from pipelines.faults import crash_point
-from pipelines.layout import ENGINE_DDL, STATE_TABLES
+from pipelines.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key
 from pipelines.versions import ViewVersion, check_view_set, reconcile
 from pipelines.view import View
 
@@ -210,6 +210,8 @@ class Store:
                 con.close()
                 raise
             con.execute(ENGINE_DDL)
+            for table in KEYLESS_STATE_TABLES:  # made with a PRIMARY KEY by older code
+                drop_primary_key(con, "inorder", table)
             versions = reconcile(con, views)
             _fill_in_stream_types(con, home)
         except BaseException:

@@ -28,8 +28,7 @@ from pathlib import Path
 
 from pipelines.inspect import InspectedBatch, RejectedFile, SourceMapping, inspect_file, inspect_json_lines
 from pipelines.message import Message
-from pipelines.order import (HandlerBug, HandlerBugFailure, NotParked, PassEntry, PassOutput, StreamState,
-                             walk_stream)
+from pipelines.order import HandlerBugFailure, NotParked, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.store import us_from_utc
 from pipelines.view import Table, View
 
@@ -39,7 +38,7 @@ REPLAY_BATCH = "replay"
 @dataclass
 class ReplayResult:
     """What one batch did to a view: its tables (typed values, sorted by primary key), its error log,
-    skipped gaps, per-stream watermarks and the outcome counts of DESIGN §3."""
+    skipped gaps, per-stream watermarks and the outcome counts of CONCEPTS §3."""
 
     tables: dict[str, list[dict]]
     errors: list[dict]
@@ -80,17 +79,19 @@ def replay(view: View, records: Iterable[Any], now: datetime | None = None,
     errors = [{"kind": "malformed", "stream_id": None, "seq": None, "message": reason, "reason": reason,
                "batch_id": REPLAY_BATCH, "line": line, "raw": raw} for line, raw, reason in inspected.malformed]
     result = ReplayResult(tables={t.name: [] for t in view.tables}, errors=errors)
-    for kind, _, stream_id, _, name, data_, msg in out.records:
-        if kind == "rows":
-            result.tables[name].extend(data_)
-        elif kind == "error":
-            result.errors.append({
-                "kind": name, "stream_id": stream_id, "seq": msg.seq, "message": data_.get("message") or data_["reason"],
-                **data_, "event_type": msg.event_type, "batch_id": msg.batch_id, "line": msg.line})
-        elif kind == "gap":
-            result.gaps.append({"stream_id": stream_id, "reason": name, **data_})
-        elif kind == "watermark":
-            result.watermarks[stream_id] = data_
+    for rows in out.rows:
+        result.tables[rows.table].extend(rows.rows)
+    for error in out.errors:
+        msg = error.msg
+        result.errors.append({"kind": error.kind, "stream_id": error.stream_id, "seq": msg.seq,
+                              "message": error.message or error.reason, **error.details(),
+                              "event_type": msg.event_type, "batch_id": msg.batch_id, "line": msg.line})
+    for gap in out.gaps:
+        result.gaps.append({"stream_id": gap.stream_id, "reason": gap.reason, "first_missing": gap.first_missing,
+                            "last_missing": gap.last_missing, "waited_us": gap.waited_us, "batch_id": gap.batch_id,
+                            "skipped_at_us": gap.skipped_at_us})
+    for watermark in out.watermarks:
+        result.watermarks[watermark.stream_id] = watermark.state()
     for (_, _, outcome), n in out.counts.items():
         result.counts[outcome] = result.counts.get(outcome, 0) + n
     for table in view.tables:
@@ -257,7 +258,7 @@ def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> Inspecte
 
 def _due(view: View, watermark: dict, t_us: int) -> bool:
     """A buffered stream a run walks with no new message: its gap timer is due, or its buffer is over
-    max_pending (the others would walk to the state they have: pipelines/project.py's WALK_BUFFER)."""
+    max_pending (the others would walk to the state they have: pipelines/project.py's DUE_BUFFERS)."""
     since = watermark["blocked_since_us"]
     return not watermark["parked"] and (since is None or watermark["pending_count"] > view.max_pending
                                         or since + view.gap_timeout_us <= t_us)
@@ -290,30 +291,36 @@ def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedSt
         walk_stream(view, sid, state, vs.pending.get(sid, []), new.get(sid, []), entries, out, vs.sums)
         vs.pending[sid] = []
     if out.fatal:  # a handler bug in a view with on_bug="fail": the run fails, and nothing is committed
-        raise HandlerBugFailure([HandlerBug(view_name, sid, msg.seq, entry_idx, data["reason"])
-                                 for kind, view_name, sid, entry_idx, _, data, msg in out.records if kind == "fatal"])
-    for kind, record_view, sid, record_entry, name, data, msg in out.records:
-        if record_view != view.name:  # the commit files every record under the view it names
+        raise HandlerBugFailure(out.fatal)
+    # the commit files every record under the view it names, and keeps what the walk emitted, not the
+    # walk's own objects
+    for watermark in out.watermarks:
+        if watermark.view == view.name:
+            vs.watermarks[watermark.stream_id] = watermark.state()
+            vs.updated[watermark.stream_id] = (watermark.entry_idx, prev[watermark.stream_id])
+    for waiting in out.pending:
+        if waiting.view == view.name:
+            vs.pending[waiting.stream_id].append(waiting.msg)
+    for rows in out.rows:
+        if rows.view != view.name:
             continue
-        if kind == "watermark":  # the commit keeps what the walk emitted, not the walk's own objects
-            vs.watermarks[sid] = data
-            vs.updated[sid] = (record_entry, prev[sid])
-        elif kind == "pending":
-            vs.pending[sid].append(msg)
-        elif kind == "rows" and name in vs.keyed:
-            vs.keyed[name][sid] = data
-        elif kind == "rows":
-            vs.appended[name].extend(data)
-        elif kind == "error":
-            store.errors.append({"view": record_view, "stream_id": sid, **_message(msg), "kind": name,
-                                 **{k: v for k, v in data.items() if k != "logged_at_us"},
-                                 "logged_at": data["logged_at_us"], "entry_idx": record_entry})
-        elif kind == "gap":
-            vs.skipped.setdefault(sid, []).append((data["first_missing"], data["last_missing"]))
-            store.gaps.append({"view": record_view, "stream_id": sid, "first_missing": data["first_missing"],
-                               "last_missing": data["last_missing"], "waited_seconds": data["waited_us"] / 1e6,
-                               "reason": name, "batch_id": data["batch_id"], "skipped_at": data["skipped_at_us"],
-                               "entry_idx": record_entry})
+        if rows.table in vs.keyed:
+            vs.keyed[rows.table][rows.stream_id] = rows.rows
+        else:
+            vs.appended[rows.table].extend(rows.rows)
+    for error in out.errors:
+        if error.view == view.name:
+            details = error.details()
+            store.errors.append({"view": error.view, "stream_id": error.stream_id, **_message(error.msg),
+                                 "kind": error.kind, **{k: v for k, v in details.items() if k != "logged_at_us"},
+                                 "logged_at": error.logged_at_us, "entry_idx": error.entry_idx})
+    for gap in out.gaps:
+        if gap.view == view.name:
+            vs.skipped.setdefault(gap.stream_id, []).append((gap.first_missing, gap.last_missing))
+            store.gaps.append({"view": gap.view, "stream_id": gap.stream_id, "first_missing": gap.first_missing,
+                               "last_missing": gap.last_missing, "waited_seconds": gap.waited_us / 1e6,
+                               "reason": gap.reason, "batch_id": gap.batch_id, "skipped_at": gap.skipped_at_us,
+                               "entry_idx": gap.entry_idx})
     pending = pending_before  # after each entry: what was buffered, plus selected, less what left
     for p in projected:
         counts = {name: out.counts.get((view.name, p.entry.entry_idx, name), 0)

@@ -1,4 +1,4 @@
-"""A view's version (DESIGN §5): the fingerprint of its code, the one the store recorded as having
+"""A view's version (CONCEPTS §5): the fingerprint of its code, the one the store recorded as having
 built its rows, and what a run does when they differ.
 
 The fingerprint covers what decides a view's rows: its table declarations (names, columns, types,
@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 
 import duckdb
 
-from pipelines.layout import LIVE, Layout
+from pipelines.layout import LIVE, Layout, drop_primary_key
 from pipelines.view import Table, View
 
 Change = Literal["new", "same", "code", "tables", "migration"]
@@ -270,6 +270,10 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
         if not versions[view.name].refused:  # (re)create a table dropped by hand; a refused view stays as it is
             for table in view.tables:
                 con.execute(table.ddl(layout.table(table.name)))
+                if table.kind != "aggregate":  # made with a PRIMARY KEY by older code
+                    drop_primary_key(con, layout.tables, table.name)
+                if table.kind == "append":
+                    keep_newest_rows(con, table, layout)
     return versions
 
 
@@ -298,10 +302,33 @@ def remove_view(con: duckdb.DuckDBPyConnection, name: str, confirmed: bool) -> R
         with _transaction(con):
             for table in tables:
                 con.execute(f'DROP TABLE IF EXISTS {LIVE.table(table)}')
+                con.execute(f'DROP TABLE IF EXISTS {LIVE.newest_rows(table)}')  # an append table's newest rows
             for table in (*counts, "view_versions"):
                 con.execute(f"DELETE FROM inorder.{table} WHERE view = ?", [name])
             con.execute(f"DROP SCHEMA IF EXISTS {Layout.shadow(name).state} CASCADE")  # an interrupted rebuild's
     return RemovedView(name, tables, counts)
+
+
+def keep_newest_rows(con: duckdb.DuckDBPyConnection, table: Table, layout: Layout = LIVE) -> None:
+    """Make the engine's copy of each stream's newest row of the append `table` (`Layout.newest_rows`)
+    when it is missing (a store made before it was kept) or has other columns than the table (a
+    migration added some): in one transaction, from the table's whole history, once; a pass then keeps
+    it up to date in its commit, so loading a stream's newest row never reads that history again."""
+    name = layout.newest_rows(table.name)
+    have = [c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ? ORDER BY column_index",
+        [layout.state, f"{table.name}:newest"]).fetchall()]
+    if have == list(table.columns):
+        return
+    declared = ", ".join(f'"{c}" {t}' for c, t in table.columns.items())
+    columns = ", ".join(f'"{c}"' for c in table.columns)
+    values = ", ".join(f'r."{c}"' for c in table.columns)
+    newest = ", ".join(f'r."{c}" DESC' for c in table.primary_key)
+    with _transaction(con):
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+        con.execute(f"CREATE TABLE {name} ({declared})")
+        con.execute(f"INSERT INTO {name} ({columns}) SELECT {values} FROM {layout.table(table.name)} r "
+                    f'QUALIFY row_number() OVER (PARTITION BY r."{table.stream_key}" ORDER BY {newest}) = 1')
 
 
 @contextmanager

@@ -274,12 +274,10 @@ class Table:
         return names["normalise_row"]
 
     @cached_property
-    def text_restorers(self) -> tuple[tuple[str, Callable[[str], Any]], ...]:
-        """(column, function) for the columns whose values JSON carries as text (a pass ships stored
-        rows as JSON), so rows loaded from the store reach handlers with the types written in this run."""
-        restore = {"DATE": date.fromisoformat, "TIMESTAMPTZ": datetime.fromisoformat}
-        return tuple((c, Decimal if t.startswith("DECIMAL") else restore[t]) for c, t in self.columns.items()
-                     if t.startswith("DECIMAL") or t in restore)
+    def utc_columns(self) -> tuple[str, ...]:
+        """The TIMESTAMPTZ columns: a pass reads stored rows from Arrow, whose times carry the session's
+        zone object, and hands them to handlers in `timezone.utc`, as `column_converter` writes them."""
+        return tuple(c for c, t in self.columns.items() if t == "TIMESTAMPTZ")
 
     @cached_property
     def key_class(self) -> type | None:
@@ -329,11 +327,17 @@ class Table:
         return tuple(c for c in self.columns if c not in self.primary_key)
 
     def ddl(self, qualified_name: str | None = None) -> str:
-        """CREATE TABLE IF NOT EXISTS, under its own name or `qualified_name` (a rebuild's shadow)."""
-        cols = ", ".join(f'"{c}" {t}' for c, t in self.columns.items())
-        pk = ", ".join(f'"{c}"' for c in self.primary_key)
+        """CREATE TABLE IF NOT EXISTS, under its own name or `qualified_name` (a rebuild's shadow). Only
+        an aggregate table carries its PRIMARY KEY (its commit upserts on it); a keyed or append table's
+        key columns are NOT NULL, and its rows unique by construction (a commit replaces a walked stream's
+        keyed rows, appended keys increase), which the `keys_unique` asset check watches (docs/STORE.md)."""
+        keys = set(self.primary_key)
+        cols = ", ".join(f'"{c}" {t}' + (" NOT NULL" if c in keys else "") for c, t in self.columns.items())
         name = qualified_name or f'"{self.name}"'
-        return f'CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))'
+        if self.kind != "aggregate":
+            return f"CREATE TABLE IF NOT EXISTS {name} ({cols})"
+        pk = ", ".join(f'"{c}"' for c in self.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Independent pure-Python reference model of inorder (DESIGN.md §1–§3, docs/STORE.md).
+"""Independent pure-Python reference model of inorder (docs/CONCEPTS.md §1–§3, docs/STORE.md).
 
 It keeps everything in dicts, processes entries one by one exactly as STORE.md states the
 rules, and returns the stored rows so they can be compared with the real engine row for row.
@@ -66,7 +66,7 @@ def _bad_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-MAX_DEPTH = 128  # DESIGN §2 / STORE.md: a record nests objects and arrays at most 128 levels (itself = 1)
+MAX_DEPTH = 128  # CONCEPTS §2 / STORE.md: a record nests objects and arrays at most 128 levels (itself = 1)
 MAX_ID_BYTES = 1024  # stream_id, stream_type, type, event_id: at most 1 KiB of UTF-8, no control characters
 BOM = "\ufeff"
 
@@ -204,7 +204,7 @@ def _number(value: Any) -> Any:
 
 
 def _norm_value(sql_type: str, value: Any) -> Any:
-    """A value as the read store holds it and hands it back: of its column's Python type (DESIGN §5,
+    """A value as the read store holds it and hands it back: of its column's Python type (CONCEPTS §5,
     issue 10); a value of another type is a bug (TypeError), one the column cannot hold is `Reject`."""
     if value is None:
         return None
@@ -303,7 +303,7 @@ class _Handle:
 
     def _read(self, pk: tuple) -> dict | None:
         """The row under `pk`, if the handler's stream may see it: a stream-keyed table's rows belong to
-        their stream (DESIGN §5), so another stream's row is not there for it."""
+        their stream (CONCEPTS §5), so another stream's row is not there for it."""
         if (self._t.name, pk) in self._tx.writes:
             row = self._tx.writes[(self._t.name, pk)]
         else:

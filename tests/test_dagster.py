@@ -34,8 +34,8 @@ def resources_for(home: Home) -> dict:
             "folders": FoldersResource()}
 
 
-VIEW_CHECKS = ("expectations", "conservation", "watermarks_never_move_back", "published", "handler_error_rate",
-               "late_rate", "no_overdue_blocked_streams", "no_parked_streams")
+VIEW_CHECKS = ("expectations", "conservation", "watermarks_never_move_back", "keys_unique", "published",
+               "handler_error_rate", "late_rate", "no_overdue_blocked_streams", "no_parked_streams")
 
 
 def test_asset_graph_has_the_expected_keys_and_checks():
@@ -179,6 +179,21 @@ def test_expectations_check_fails_on_a_broken_view_table(projected_home):
     failures = failed.metadata["failures"].value
     assert [f["expectation"] for f in failures] == ["expect_column_values_to_be_between"]
     assert failures[0]["unexpected_count"] == 1 and failures[0]["sample"] == ["-5.0"]
+
+
+def test_keys_unique_check_fails_when_a_key_occurs_twice(projected_home):
+    """Watermarks, pending and keyed and append tables carry no PRIMARY KEY (the commit keeps them unique,
+    docs/STORE.md): this check says when something else wrote a key twice."""
+    assert _run_check(projected_home, "accounts", "keys_unique").passed
+    con = duckdb.connect(str(projected_home.database))
+    con.execute("INSERT INTO inorder.watermarks SELECT * FROM inorder.watermarks WHERE view = 'accounts' "
+                "ORDER BY stream_id LIMIT 1")
+    con.execute("INSERT INTO accounts SELECT * FROM accounts ORDER BY account_id LIMIT 1")
+    con.close()
+    failed = _run_check(projected_home, "accounts", "keys_unique")
+    assert not failed.passed
+    assert (failed.metadata["duplicated_watermarks"].value, failed.metadata["duplicated_accounts"].value,
+            failed.metadata["duplicated_pending"].value) == (1, 1, 0)
 
 
 def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected_home):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pipelines import faults
 from pipelines.message import Message
+from pipelines.pass_data import ErrorRecord
 from pipelines.order import HandlerBug, HandlerBugFailure, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.testing import ReplayEntry, replay_entries
 from pipelines.view import View
@@ -33,15 +34,14 @@ def test_timer_starts_when_blocked_and_fires_after_gap_timeout_across_entries():
                PassEntry(3, "tick-3", "tick", 600 * SECOND)]
     state = StreamState(last_seq=0)
     out = walk(state, [message(1, 1, "AccountOpened", '{"owner":"ada"}'), message(3, 1)], entries)
-    gaps = [r for r in out.records if r[0] == "gap"]
-    assert [(r[3], r[4], r[5]["first_missing"], r[5]["waited_us"]) for r in gaps] == [(3, "timeout", 2, 600 * SECOND)]
+    assert [(g.entry_idx, g.reason, g.first_missing, g.waited_us) for g in out.gaps] == [(3, "timeout", 2, 600 * SECOND)]
     assert (state.last_seq, state.blocked_at, state.skipped) == (3, None, [(2, 2)])
     assert out.counts[("accounts", 1, "applied")] == 1 and out.counts[("accounts", 3, "applied")] == 1
 
 
 def test_an_operator_entry_for_an_unknown_stream_writes_nothing():
     out = walk(StreamState(), [], [PassEntry(1, "retry-1", "retry", 0, "a")])
-    assert out.records == [] and out.counts == {}
+    assert len(out) == 0 and out.counts == {}
 
 
 def test_the_watermark_names_the_last_entry_that_walked_the_stream():
@@ -50,11 +50,11 @@ def test_the_watermark_names_the_last_entry_that_walked_the_stream():
     entries = [PassEntry(1, "b1", "batch", 0), PassEntry(2, "b2", "batch", SECOND), PassEntry(3, "tick-3", "tick", 2 * SECOND)]
     opened = message(1, 1, "AccountOpened", '{"owner":"ada"}')
     out = walk(StreamState(last_seq=0), [opened, message(2, 1)], entries)
-    (watermark,) = [r for r in out.records if r[0] == "watermark"]
-    assert watermark[3] == 1 and watermark[5]["last_seq"] == 2
+    (watermark,) = out.watermarks
+    assert watermark.entry_idx == 1 and watermark.last_seq == 2
     out = walk(StreamState(last_seq=0), [opened, message(3, 1)], entries)  # seq 3 waits for 2 through entry 3
-    (watermark,) = [r for r in out.records if r[0] == "watermark"]
-    assert watermark[3] == 3 and watermark[5]["pending_count"] == 1
+    (watermark,) = out.watermarks
+    assert watermark.entry_idx == 3 and watermark.pending_count == 1
 
 
 # A view whose withdrawals always fail (a bug: the stream parks), and a stream of it parked at seq 3.
@@ -67,13 +67,13 @@ def still_broken(event, tables) -> None:
     raise RuntimeError("still broken")
 
 
-def operator_walk(action: str, attempts: int, msgs: list[Message]) -> tuple[StreamState, PassOutput, tuple]:
+def operator_walk(action: str, attempts: int, msgs: list[Message]) -> tuple[StreamState, PassOutput, ErrorRecord]:
     """An operator's `action` on the stream parked at seq 3 after `attempts` failures: its state after, the
     output, and the one error logged (the failure of a later message)."""
     state = StreamState(stream_type="account", last_seq=2, parked=True, attempts=attempts)
     out = PassOutput()
     walk_stream(PARKING, "a", state, msgs, [], [PassEntry(2, f"{action}-2", action, SECOND, "a")], out, {})
-    (error,) = [r for r in out.records if r[0] == "error"]
+    (error,) = out.errors
     return state, out, error
 
 
@@ -81,7 +81,7 @@ def test_a_failure_after_a_retried_message_applied_is_its_first_attempt():
     """`attempts` counts the failures of the message at last_seq + 1: once a retried message applies (its
     handler was fixed), a later message that fails in the same walk starts again at 1."""
     state, _, error = operator_walk("retry", 3, [message(3, 1), message(4, 1, "Withdrawn")])
-    assert (error[6].seq, error[5]["attempt"]) == (4, 1)
+    assert (error.msg.seq, error.attempt) == (4, 1)
     assert (state.last_seq, state.parked, state.attempts) == (3, True, 1)
 
 
@@ -131,7 +131,7 @@ def test_every_crash_point_of_the_walk_is_armed_by_the_sweep_and_reached(monkeyp
 
 def test_a_skip_drops_the_parked_message_and_a_failure_right_after_is_a_first_attempt():
     state, out, error = operator_walk("skip", 2, [message(3, 1, "Withdrawn"), message(4, 1, "Withdrawn")])
-    assert (error[6].seq, error[5]["attempt"]) == (4, 1)
+    assert (error.msg.seq, error.attempt) == (4, 1)
     assert (state.last_seq, state.parked, state.attempts) == (3, True, 1)
     assert out.counts[("parking", 2, "handler_error")] == 1  # the skipped message; the new failure waits, parked
 

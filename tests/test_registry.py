@@ -162,7 +162,8 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
     assert eval(keys) == ["errors", "event_batches", "gaps", "helpdesk"]
     assert eval(checks) == [("event_batches", "no_new_rejected_files"), ("event_batches", "no_unrouted_records"),
                             ("helpdesk", "conservation"),
-                            ("helpdesk", "expectations"), ("helpdesk", "handler_error_rate"), ("helpdesk", "late_rate"),
+                            ("helpdesk", "expectations"), ("helpdesk", "handler_error_rate"), ("helpdesk", "keys_unique"),
+                            ("helpdesk", "late_rate"),
                             ("helpdesk", "no_overdue_blocked_streams"), ("helpdesk", "no_parked_streams"),
                             ("helpdesk", "published"), ("helpdesk", "watermarks_never_move_back")]
 

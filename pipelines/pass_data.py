@@ -1,0 +1,298 @@
+"""The pass contract: what a pass's walk reads and writes, as named types and Arrow schemas.
+
+A pass crosses two boundaries: the driver's DuckDB → the executors' walk (`input_schema`), and the
+walk → the driver's commit, the publication, the run's figures and the in-memory test kit
+(`output_schema`, built from the records of a `PassOutput`). Both are typed columns: a view table's
+rows travel in the table's own column types (one struct column per view table, named by
+`row_column`), the engine's fields in theirs. docs/STORE.md ("The pass") describes them.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any, Iterable, Iterator, NamedTuple
+
+import pyarrow as pa
+
+from pipelines.message import Message
+from pipelines.view import Table, View
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")  # TIMESTAMPTZ: DuckDB's, Spark's (session time zone UTC) and Parquet's
+_ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(),
+                "BOOLEAN": pa.bool_(), "DATE": pa.date32(), "TIMESTAMPTZ": UTC_MICROS}
+
+
+def arrow_type(sql_type: str) -> pa.DataType:
+    """The Arrow type of a view column's declared type (pipelines/view.py's fixed list)."""
+    if sql_type.startswith("DECIMAL"):
+        precision, scale = map(int, sql_type[8:-1].split(","))
+        return pa.decimal128(precision, scale)
+    return _ARROW_TYPES[sql_type]
+
+
+def row_type(table: Table) -> pa.StructType:
+    """One row of `table`, a field per column in its declared type."""
+    return pa.struct([(column, arrow_type(sql_type)) for column, sql_type in table.columns.items()])
+
+
+def row_column(view_name: str, table_name: str) -> str:
+    """The pass column that carries a view table's rows. A colon cannot occur in a view's or a table's
+    name (identifiers), so no two tables share one and no engine column is named like one; and unlike a
+    dot, Spark reads it as part of the name, not as a path into a struct."""
+    return f"{view_name}:{table_name}"
+
+
+class InputKind(IntEnum):
+    """What an input row is (its `rec_type`), in the order a stream's rows reach the walk."""
+
+    STATE = 0  # a (view, stream)'s stored state: watermark fields, skipped ranges, its rows of the view's tables
+    PENDING = 1  # a message buffered for a (view, stream)
+    NEW = 2  # a message of the pass, once, routed to each view of `views`
+
+
+class OutputKind(StrEnum):
+    """What an output record is; its `kind` column."""
+
+    WATERMARK = "watermark"  # a walked (view, stream)'s new watermark
+    PENDING = "pending"  # a message that stays buffered
+    ERROR = "error"  # a late, conflict or handler_error row of inorder.errors (its kind in `name`)
+    GAP = "gap"  # a skipped range (its reason in `name`)
+    ROWS = "rows"  # a row of a stream's keyed table (all of them), or one it appended (table in `name`)
+    AGGREGATE = "aggregate"  # a partition's partial sums of one aggregate key (table in `name`)
+    COUNT = "count"  # an outcome count per (view, entry): `name`, `n`
+    METRIC = "metric"  # a partition's figure: `name`, `n`
+    FATAL = "fatal"  # a handler bug of an on_bug="fail" view: the pass must not be committed
+
+
+class WatermarkRecord(NamedTuple):
+    """A walked (view, stream)'s state after the pass; `entry_idx` is the last entry that walked it."""
+
+    view: str
+    stream_id: str
+    entry_idx: int
+    stream_type: str | None
+    last_seq: int
+    blocked_at: int | None
+    blocked_since_us: int | None
+    parked: bool
+    pending_count: int
+    attempts: int
+
+    def state(self) -> dict:
+        """The fields a stream's state starts from (`StreamState.loaded`), as the commit keeps them."""
+        return {name: getattr(self, name) for name in _STATE_FIELDS}
+
+
+_STATE_FIELDS = WatermarkRecord._fields[3:]
+
+
+class PendingRecord(NamedTuple):
+    view: str
+    stream_id: str
+    msg: Message
+
+
+class ErrorRecord(NamedTuple):
+    """One row of inorder.errors for a message: `kind` late | conflict | handler_error; the handler's
+    exception fields only for handler_error."""
+
+    view: str
+    stream_id: str
+    entry_idx: int
+    kind: str
+    msg: Message
+    reason: str
+    logged_at_us: int
+    exception_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    error_class: str | None = None  # reject | bug
+    attempt: int | None = None
+
+    def details(self) -> dict:
+        """The error's own fields (the message aside) under their column names, times in microseconds."""
+        fields = _HANDLER_ERROR_FIELDS if self.kind == "handler_error" else ("reason", "logged_at_us")
+        return {name: getattr(self, name) for name in fields}
+
+
+_HANDLER_ERROR_FIELDS = ErrorRecord._fields[5:]
+
+
+class GapRecord(NamedTuple):
+    view: str
+    stream_id: str
+    entry_idx: int
+    reason: str  # timeout | capacity
+    first_missing: int
+    last_missing: int
+    waited_us: int
+    batch_id: str  # the entry whose walk skipped it
+    skipped_at_us: int
+
+
+class RowsRecord(NamedTuple):
+    """A stream's rows of one table: a keyed table's every row after the pass (none: all deleted), or
+    the rows the pass appended to an append table."""
+
+    view: str
+    stream_id: str
+    entry_idx: int
+    table: str
+    rows: list[dict]
+
+
+@dataclass(frozen=True)
+class HandlerBug:
+    """A handler of a view with on_bug="fail" raised on this message, in this entry (a "fatal" record)."""
+
+    view: str
+    stream_id: str
+    seq: int
+    entry_idx: int
+    reason: str
+
+
+class PassOutput:
+    """Everything a walk produces, accumulated per executor partition (or in memory, by the test kit)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int, str], int] = {}  # (view, entry_idx, outcome) -> n
+        self.watermarks: list[WatermarkRecord] = []
+        self.pending: list[PendingRecord] = []
+        self.errors: list[ErrorRecord] = []
+        self.gaps: list[GapRecord] = []
+        self.rows: list[RowsRecord] = []
+        self.fatal: list[HandlerBug] = []  # on_bug="fail": the pass must not be committed
+
+    def count(self, view: str, entry_idx: int, outcome: str, n: int = 1) -> None:
+        key = (view, entry_idx, outcome)
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def __len__(self) -> int:
+        """How many records it holds (counts aside): a partition writes them out every so many."""
+        return (len(self.watermarks) + len(self.pending) + len(self.errors) + len(self.gaps) + len(self.rows)
+                + len(self.fatal))
+
+    def clear_records(self) -> None:
+        for records in (self.watermarks, self.pending, self.errors, self.gaps, self.rows, self.fatal):
+            records.clear()
+
+
+# -- the Arrow form -----------------------------------------------------------------------------------
+
+# The inputs, sorted by (stream_id, rec_type, view, entry_idx, line) before the walk. Every row has
+# `view` (None for a NEW message: its `views`), `stream_id`, `rec_type`, `entry_idx`, `line`.
+# - STATE: the watermark's fields (`stream_type` and WATERMARK_STATE_COLUMNS, all null for a stream with
+#   rows but no watermark), `skipped` (its logged gap ranges, in seq order), and per table of the view
+#   (`row_column`): a keyed table's rows of the stream (a list of `row_type`), an append table's newest row
+#   (a `row_type`, null for none);
+# - PENDING and NEW: the message's fields (MESSAGE_SCHEMA's), NEW its `views` too.
+WATERMARK_STATE_COLUMNS = [("last_seq", pa.int64()), ("blocked_at", pa.int64()), ("blocked_since", UTC_MICROS),
+                           ("parked", pa.bool_()), ("attempts", pa.int64())]
+SKIPPED_TYPE = pa.list_(pa.struct([("first_missing", pa.int64()), ("last_missing", pa.int64())]))
+
+
+def state_fields(view: View) -> list[pa.Field]:
+    """A STATE row's columns of `view`'s tables (an aggregate table has none: handlers only add to it)."""
+    return [pa.field(row_column(view.name, t.name), pa.list_(row_type(t)) if t.kind == "keyed" else row_type(t))
+            for t in view.tables if t.kind != "aggregate"]
+
+
+# A message's columns, named after the fields of `Message` (its entry_idx as msg_entry_idx: a record's
+# own entry_idx is the entry that wrote it). Pending messages, errors and fatal records fill them.
+MESSAGE_COLUMNS = [("msg_entry_idx" if name == "entry_idx" else name, pa.int64() if hint is int else pa.string())
+                   for name, hint in typing.get_type_hints(Message).items()]
+_RECORD_COLUMNS = [("kind", pa.string()), ("view", pa.string()), ("stream_id", pa.string()),
+                   ("entry_idx", pa.int64()), ("name", pa.string()), ("n", pa.int64())]
+# a watermark's stream_type is the message column of that name
+WATERMARK_COLUMNS = [("last_seq", pa.int64()), ("blocked_at", pa.int64()), ("blocked_since", UTC_MICROS),
+                     ("parked", pa.bool_()), ("pending_count", pa.int64()), ("attempts", pa.int64())]
+ERROR_COLUMNS = [("reason", pa.string()), ("exception_type", pa.string()), ("message", pa.string()),
+                 ("traceback", pa.string()), ("logged_at", UTC_MICROS), ("error_class", pa.string()),
+                 ("attempt", pa.int64())]
+# a gap's batch_id (the entry that skipped it) is the message column of that name
+GAP_COLUMNS = [("first_missing", pa.int64()), ("last_missing", pa.int64()), ("waited_us", pa.int64()),
+               ("skipped_at", UTC_MICROS)]
+_ENGINE_OUTPUT = pa.schema(_RECORD_COLUMNS + MESSAGE_COLUMNS + WATERMARK_COLUMNS + ERROR_COLUMNS + GAP_COLUMNS)
+
+
+def view_row_fields(views: Iterable[View]) -> list[pa.Field]:
+    return [pa.field(row_column(v.name, t.name), row_type(t)) for v in views for t in v.tables]
+
+
+def output_schema(views: Iterable[View]) -> pa.Schema:
+    """The pass output's columns: the engine's, then one struct column per view table (`row_column`)."""
+    return pa.schema(list(_ENGINE_OUTPUT) + view_row_fields(views))
+
+
+def _batch(schema: pa.Schema, length: int, columns: dict[str, Any]) -> pa.RecordBatch:
+    """A batch of `schema` with `columns` (name -> values) filled and every other column null."""
+    arrays = [pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(length, f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _message_columns(messages: list[Message]) -> dict[str, list]:
+    return {name: list(values) for (name, _), values in zip(MESSAGE_COLUMNS, zip(*messages))}
+
+
+def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dict[str, list[dict]]] | None = None,
+                   metrics: dict[str, int] | None = None, with_counts: bool = False) -> Iterator[pa.RecordBatch]:
+    """`out`'s records as batches of `schema`, one batch per kind (and per view table for rows), then
+    (given) its counts, the partition's `metrics` (name -> n) and aggregate partial sums (view -> table
+    -> rows)."""
+    if out.watermarks:
+        w = list(zip(*out.watermarks))
+        yield _batch(schema, len(out.watermarks), {
+            "kind": [OutputKind.WATERMARK.value] * len(out.watermarks), "view": w[0], "stream_id": w[1],
+            "entry_idx": w[2], "stream_type": w[3], "last_seq": w[4], "blocked_at": w[5], "blocked_since": w[6],
+            "parked": w[7], "pending_count": w[8], "attempts": w[9]})
+    if out.pending:
+        views, streams, messages = zip(*out.pending)
+        yield _batch(schema, len(messages), {
+            "kind": [OutputKind.PENDING.value] * len(messages), "view": views, "stream_id": streams,
+            "entry_idx": [m.entry_idx for m in messages], **_message_columns(list(messages))})
+    if out.errors:
+        e = list(zip(*out.errors))
+        yield _batch(schema, len(out.errors), {
+            "kind": [OutputKind.ERROR.value] * len(out.errors), "view": e[0], "stream_id": e[1], "entry_idx": e[2],
+            "name": e[3], **_message_columns(list(e[4])), "reason": e[5], "logged_at": e[6], "exception_type": e[7],
+            "message": e[8], "traceback": e[9], "error_class": e[10], "attempt": e[11]})
+    if out.gaps:
+        g = list(zip(*out.gaps))
+        yield _batch(schema, len(out.gaps), {
+            "kind": [OutputKind.GAP.value] * len(out.gaps), "view": g[0], "stream_id": g[1], "entry_idx": g[2],
+            "name": g[3], "first_missing": g[4], "last_missing": g[5], "waited_us": g[6], "batch_id": g[7],
+            "skipped_at": g[8]})
+    by_table: dict[tuple[str, str], list[RowsRecord]] = {}
+    for record in out.rows:
+        by_table.setdefault((record.view, record.table), []).append(record)
+    for (view, table), records in by_table.items():
+        rows = [row for r in records for row in r.rows]
+        if rows:
+            yield _batch(schema, len(rows), {
+                "kind": [OutputKind.ROWS.value] * len(rows), "view": [view] * len(rows),
+                "stream_id": [r.stream_id for r in records for _ in r.rows],
+                "entry_idx": [r.entry_idx for r in records for _ in r.rows], "name": [table] * len(rows),
+                row_column(view, table): rows})
+    if out.fatal:
+        bugs = out.fatal
+        yield _batch(schema, len(bugs), {
+            "kind": [OutputKind.FATAL.value] * len(bugs), "view": [b.view for b in bugs],
+            "stream_id": [b.stream_id for b in bugs], "seq": [b.seq for b in bugs],
+            "entry_idx": [b.entry_idx for b in bugs], "reason": [b.reason for b in bugs]})
+    if with_counts and out.counts:
+        keys = list(out.counts)
+        yield _batch(schema, len(keys), {
+            "kind": [OutputKind.COUNT.value] * len(keys), "view": [k[0] for k in keys],
+            "entry_idx": [k[1] for k in keys], "name": [k[2] for k in keys], "n": list(out.counts.values())})
+    if metrics:
+        yield _batch(schema, len(metrics), {"kind": [OutputKind.METRIC.value] * len(metrics),
+                                            "name": list(metrics), "n": list(metrics.values())})
+    for view, tables in (aggregates or {}).items():
+        for table, rows in tables.items():
+            if rows:
+                yield _batch(schema, len(rows), {
+                    "kind": [OutputKind.AGGREGATE.value] * len(rows), "view": [view] * len(rows),
+                    "name": [table] * len(rows), row_column(view, table): rows})
