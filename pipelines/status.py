@@ -246,10 +246,6 @@ def format_status(status: StoreStatus) -> str:
              f"({status.normalised} normalised, {status.malformed} malformed), {len(status.rejected)} rejected files"]
     for batch_id, reason in status.rejected:
         lines.append(f"  rejected {batch_id}: {reason}")
-    for batch_id, again, records in status.reingested:
-        lines.append(f"  re-ingested {batch_id} as {again}: {records} records it had left undelivered")
-    lines.append(f"unrouted: {describe_unrouted(status.unrouted, status.subscribed)}" if status.unrouted else
-                 f"unrouted: none (the views subscribe to {', '.join(status.subscribed)})")
     header = ("view", "streams", "selected", "applied", "ignored", "errors", "dupes", "late", "conflicts",
               "pending", "blocked", "oldest wait", "parked", "gaps", "rows", "conserved")
     table = [header]
@@ -262,6 +258,10 @@ def format_status(status: StoreStatus) -> str:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         lines.append("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
+    for batch_id, again, records in status.reingested:
+        lines.append(f"re-ingested {batch_id} as {again}: {records} records it had left undelivered")
+    lines.append(f"unrouted: {describe_unrouted(status.unrouted, status.subscribed)}" if status.unrouted else
+                 f"unrouted: none (the views subscribe to {', '.join(status.subscribed)})")
     for s in status.views:
         kinds = ", ".join(f"{k} {n}" for k, n in s.errors_by_kind.items()) or "none"
         lines.append(f"{s.view}: errors by kind: {kinds}; last batch {s.last_batch or '-'}")

@@ -118,7 +118,10 @@ def _snapshot(home: Home) -> dict[str, list[dict]]:
 
 
 def _rows(rows: list[dict]) -> set[tuple]:
-    return {tuple(sorted(row.items())) for row in rows}
+    def hashable(value):  # a MAP column (ingest_log.stream_types) reads as a dict
+        return tuple(sorted(value.items())) if isinstance(value, dict) else value
+
+    return {tuple(sorted((k, hashable(v)) for k, v in row.items())) for row in rows}
 
 
 def _new(before: dict, after: dict, table: str) -> list[dict]:
