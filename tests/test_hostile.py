@@ -117,16 +117,20 @@ def _snapshot(home: Home) -> dict[str, list[dict]]:
         con.close()
 
 
-def _rows(rows: list[dict]) -> set[tuple]:
+def _row(row: dict) -> tuple:
     def hashable(value):  # a MAP column (ingest_log.stream_types) reads as a dict
         return tuple(sorted(value.items())) if isinstance(value, dict) else value
 
-    return {tuple(sorted((k, hashable(v)) for k, v in row.items())) for row in rows}
+    return tuple(sorted((k, hashable(v)) for k, v in row.items()))
+
+
+def _rows(rows: list[dict]) -> set[tuple]:
+    return {_row(row) for row in rows}
 
 
 def _new(before: dict, after: dict, table: str) -> list[dict]:
     old = _rows(before[table])
-    return [row for row in after[table] if tuple(sorted(row.items())) not in old]
+    return [row for row in after[table] if _row(row) not in old]
 
 
 def resources_for(home: Home) -> dict:
