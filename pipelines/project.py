@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pipelines.order import HandlerBug, PassEntry, PassOutput, StreamState, walk
 from pipelines.planning import PassBounds, PlannedEntry, StreamSketch, cut_passes
 from pipelines.pass_data import InputKind, OutputKind, output_batches, output_schema, row_column
 from pipelines.select import select_views, subscriptions
-from pipelines.spark import archive_shared, is_local, mark_used, ship_code, shuffle_partitions
+from pipelines.spark import archive_shared, files_shared, mark_used, ship_code, shuffle_partitions
 from pipelines.layout import LIVE, Layout
 from pipelines.store import Home, Store, us_from_utc
 from pipelines.view import Table, View
@@ -404,10 +405,44 @@ class PassResult:
         return [HandlerBug(**row) for row in table.to_pylist()]
 
 
+class TooMuchToShip(RuntimeError):
+    """A pass would ship more through the driver than its bound (no location the executors share)."""
+
+
+DEFAULT_SHIP_LIMIT_MB = 256
+
+
+def ship_limit_bytes() -> int:
+    """INORDER_SHIP_LIMIT_MB (default 256): what a pass may ship through the driver, as Parquet on disk."""
+    text = os.environ.get("INORDER_SHIP_LIMIT_MB", "").strip()
+    if not text:
+        return DEFAULT_SHIP_LIMIT_MB << 20
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"INORDER_SHIP_LIMIT_MB must be a positive whole number of MiB, not {text!r}")
+    return int(text) << 20
+
+
+def shipped_bytes(inputs: Path | None, files: list[str]) -> int:
+    """What a pass ships through the driver to executors that cannot read its files: its state and its
+    archived messages, as their Parquet files weigh (its output, collected back, is of the same order)."""
+    return (inputs.stat().st_size if inputs is not None else 0) + sum(Path(f).stat().st_size for f in files)
+
+
+def check_shipped(size: int, limit: int) -> None:
+    """Refuse, in one line and before Spark starts the pass, a pass too large to ship through the driver:
+    on a cluster the state, the messages and the output would all cross the driver's memory."""
+    if size > limit:
+        raise TooMuchToShip(
+            f"this pass would ship {size / 2**20:,.0f} MiB of state and messages through the driver "
+            f"(INORDER_SHIP_LIMIT_MB={limit >> 20}): put the archive and the scratch folder on storage the "
+            "executors mount at the same paths and set INORDER_ARCHIVE_SHARED=1 and INORDER_SCRATCH, or make "
+            "passes smaller (INORDER_PASS_STREAMS, INORDER_PASS_RECORDS)")
+
+
 def pass_folder(home: Home, layout: Layout = LIVE) -> Path:
     """Scratch space of the pass in progress (inputs and output); removed after its commit. A rebuild's
     passes have their own, since runs go on beside it."""
-    return home.root / "scratch" / layout.scratch
+    return home.scratch / layout.scratch
 
 
 def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views: list[View], plan: PassPlan,
@@ -434,10 +469,15 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
     in_pass = [v for v in views if v.name in plan.by_view]
     schema = output_schema(in_pass)
     ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
-    local = is_local(spark)
+    # executors that reach the driver's files (local, or INORDER_ARCHIVE_SHARED with INORDER_SCRATCH on the
+    # same storage) read the state where DuckDB wrote it and write the output where the commit reads it;
+    # others get both shipped through the driver, as Arrow, within the bound of `check_shipped`
+    shared = files_shared(spark, home.scratch_dir is not None)
+    if not shared:
+        check_shipped(shipped_bytes(inputs, files), ship_limit_bytes())
     frames = []
-    if inputs is not None:  # local: read where DuckDB wrote it; else shipped from the driver (Arrow, no row in Python)
-        frames.append(spark.read.parquet(str(inputs)) if local else spark.createDataFrame(pq.read_table(inputs)))
+    if inputs is not None:
+        frames.append(spark.read.parquet(str(inputs)) if shared else spark.createDataFrame(pq.read_table(inputs)))
     if files:
         messages = archived_messages(spark, files)
         selected = select_views(spark, messages, plan.view_entries, in_pass)
@@ -451,7 +491,7 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
     result = (combined.repartition(shuffle_partitions(spark), "stream_id")
               .sortWithinPartitions("stream_id", "rec_type", "view", "entry_idx", "line")
               .mapInArrow(partition, from_arrow_schema(schema)))
-    if not local:
+    if not shared:
         return PassResult(table=result.toArrow())
     output = scratch / "output"
     result.write.mode("overwrite").parquet(str(output))

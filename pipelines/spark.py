@@ -289,6 +289,14 @@ def archive_shared(spark: SparkSession) -> bool:
     return is_local(spark) if shared is None else shared
 
 
+def files_shared(spark: SparkSession, scratch_set: bool) -> bool:
+    """Do the executors read and write a pass's scratch files at the driver's paths? A local session's
+    do; a cluster's, when INORDER_ARCHIVE_SHARED=1 and the scratch folder was set (`scratch_set`:
+    INORDER_SCRATCH) to storage they all mount at the same paths, the archive's, say. Then no state,
+    message or output row passes through the driver."""
+    return is_local(spark) or (archive_shared(spark) and scratch_set)
+
+
 def executor_sources() -> list[Path]:
     """The engine's package folder and the view modules' top-level packages (or single files)."""
     from pipelines.registry import module_sources

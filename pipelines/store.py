@@ -7,6 +7,7 @@ and fails with a clear message when another run holds it.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import sys
@@ -60,6 +61,7 @@ class Home:
     landing_dir: Path | None = None
     archive_dir: Path | None = None
     database_path: Path | None = None
+    scratch_dir: Path | None = None  # INORDER_SCRATCH: where passes keep their inputs and output
     lock_wait_seconds: float = 0.0  # how long a writer waits for another to finish before failing
     # how long opening the DuckDB file waits while another process (a reader, say) holds it
     file_wait_seconds: float = field(default_factory=lambda: float(os.environ.get("INORDER_LOCK_WAIT", "120")))
@@ -67,7 +69,8 @@ class Home:
     @classmethod
     def from_env(cls, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
                  archive: str | os.PathLike | None = None, database: str | os.PathLike | None = None) -> "Home":
-        """Explicit values win; then INORDER_HOME, INORDER_LANDING, INORDER_ARCHIVE, INORDER_DATABASE."""
+        """Explicit values win; then INORDER_HOME, INORDER_LANDING, INORDER_ARCHIVE, INORDER_DATABASE (and
+        INORDER_SCRATCH)."""
         env = os.environ.get
 
         def path(value, variable):
@@ -75,7 +78,8 @@ class Home:
             return Path(value).resolve() if value else None
 
         return cls(Path(root or env("INORDER_HOME", ".inorder")).resolve(), path(landing, "INORDER_LANDING"),
-                   path(archive, "INORDER_ARCHIVE"), path(database, "INORDER_DATABASE"))
+                   path(archive, "INORDER_ARCHIVE"), path(database, "INORDER_DATABASE"),
+                   scratch_dir=path(None, "INORDER_SCRATCH"))
 
     @property
     def landing(self) -> Path:
@@ -94,6 +98,15 @@ class Home:
         """A home has a landing folder or a store; a folder with neither (a mistyped INORDER_HOME, say)
         is not one, and the commands that read or write a home refuse it rather than start an empty store."""
         return self.landing.is_dir() or self.database.exists()
+
+    @property
+    def scratch(self) -> Path:
+        """The passes' scratch folder: the home's own, or a folder of this home's inside INORDER_SCRATCH
+        (storage a cluster's executors mount at the same path, for a pass that never passes its state and
+        output through the driver), so homes that share INORDER_SCRATCH never meet there."""
+        if self.scratch_dir is None:
+            return self.root / "scratch"
+        return self.scratch_dir / f"inorder-{hashlib.sha256(os.fsencode(self.root)).hexdigest()[:16]}"
 
     @property
     def views_file(self) -> Path:

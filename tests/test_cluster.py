@@ -60,12 +60,14 @@ def batches(tmp_path_factory) -> Path:
     return out
 
 
-def run_chain(root: Path, batches: Path, master: str, conf: dict[str, str]) -> tuple[Home, list[float]]:
-    """The three steps in one INORDER_HOME, each an `inorder run` subprocess; returns their wall times."""
+def run_chain(root: Path, batches: Path, master: str, conf: dict[str, str],
+              extra: dict[str, str] | None = None) -> tuple[Home, list[float]]:
+    """The three steps in one INORDER_HOME, each an `inorder run` subprocess (with `extra` environment
+    variables); returns their wall times."""
     home = Home(root).ensure()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
     env.update(INORDER_HOME=str(root), INORDER_SPARK_MASTER=master, INORDER_SPARK_CONF=json.dumps(conf),
-               PYSPARK_PYTHON=sys.executable)
+               PYSPARK_PYTHON=sys.executable, **(extra or {}))
     seconds = []
     for names, now in STEPS:
         for name in names:
@@ -194,3 +196,46 @@ def test_a_view_module_outside_the_repository_is_shipped_to_the_executors(runs, 
     for app in apps:
         (code,) = shipped_code(cluster, app)[:1]
         assert "helpdesk_views.py" in zipfile.ZipFile(code).namelist()
+
+
+def test_with_a_shared_location_state_and_output_never_pass_through_the_driver(runs, cluster, batches, tmp_path):
+    """INORDER_ARCHIVE_SHARED=1 and INORDER_SCRATCH on storage every executor mounts (here: this machine's
+    disk, which the loopback workers share): the executors read the archive and the pass's state files
+    and write its output files themselves, and the store is the local run's."""
+    shared = tmp_path / "shared-scratch"
+    root = tmp_path / "shared"
+    conf = chain_conf(root / "events")
+    home, _ = run_chain(root / "home", batches, cluster.master_url, conf,
+                        extra={"INORDER_ARCHIVE_SHARED": "1", "INORDER_SCRATCH": str(shared)})
+    assert_same_store(read_store(home, BANK_VIEWS), read_store(runs["local"][0], BANK_VIEWS))
+    passes = {app: text for app, text in event_logs(root / "events").items() if "MapInArrow" in text}
+    assert passes
+    for app, text in passes.items():
+        assert f"{shared}/inorder-" in text and "inputs.parquet" in text, f"app {app} did not read the state file"
+        assert str(home.archive) in text, f"app {app} did not read the archive itself"
+        assert "LocalTableScan" not in text, f"app {app} got rows shipped from the driver"
+
+
+def test_a_pass_of_300k_streams_with_state_completes_on_the_cluster(cluster, tmp_path):
+    """The wide pass (bench/side_by_side.py) at 300k streams × 3 bank views on the loopback cluster, with
+    a shared location: a store of seq 1-2 for every stream, then one pass with seq 3 for each."""
+    from bench import data
+
+    store_batch, wide_batch = data.wide_batches(tmp_path / "inputs", 300_000)
+    root = tmp_path / "wide"
+    home = Home(root / "home").ensure()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
+    env.update(INORDER_HOME=str(home.root), INORDER_SPARK_MASTER=cluster.master_url, PYSPARK_PYTHON=sys.executable,
+               INORDER_ARCHIVE_SHARED="1", INORDER_SCRATCH=str(root / "scratch"),
+               INORDER_SPARK_CONF=json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}))
+    for batch, now in ((store_batch, "2026-11-02T00:00:00Z"), (wide_batch, "2026-11-02T00:01:00Z")):
+        shutil.copy(batch, home.landing)
+        done = subprocess.run([INORDER, "run", "--now", now], env=env, capture_output=True, text=True, timeout=3000)
+        assert done.returncode == 0, done.stderr[-4000:]
+    con = duckdb.connect(str(home.database), read_only=True)
+    try:
+        assert con.execute("SELECT view, count(*), min(last_seq), max(last_seq) FROM inorder.watermarks "
+                           "GROUP BY view ORDER BY view").fetchall() == [
+            (view, 300_000, 3, 3) for view in ("account_activity", "accounts", "daily_totals")]
+    finally:
+        con.close()
