@@ -216,12 +216,15 @@ def test_with_a_shared_location_state_and_output_never_pass_through_the_driver(r
         assert "LocalTableScan" not in text, f"app {app} got rows shipped from the driver"
 
 
+WIDE_STREAMS = int(os.environ.get("INORDER_TEST_WIDE_STREAMS", "300000"))  # 1000000 for the 1M figure
+
+
 def test_a_pass_of_300k_streams_with_state_completes_on_the_cluster(cluster, tmp_path):
     """The wide pass (bench/side_by_side.py) at 300k streams × 3 bank views on the loopback cluster, with
     a shared location: a store of seq 1-2 for every stream, then one pass with seq 3 for each."""
     from bench import data
 
-    store_batch, wide_batch = data.wide_batches(tmp_path / "inputs", 300_000)
+    store_batch, wide_batch = data.wide_batches(tmp_path / "inputs", WIDE_STREAMS)
     root = tmp_path / "wide"
     home = Home(root / "home").ensure()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
@@ -236,6 +239,6 @@ def test_a_pass_of_300k_streams_with_state_completes_on_the_cluster(cluster, tmp
     try:
         assert con.execute("SELECT view, count(*), min(last_seq), max(last_seq) FROM inorder.watermarks "
                            "GROUP BY view ORDER BY view").fetchall() == [
-            (view, 300_000, 3, 3) for view in ("account_activity", "accounts", "daily_totals")]
+            (view, WIDE_STREAMS, 3, 3) for view in ("account_activity", "accounts", "daily_totals")]
     finally:
         con.close()
