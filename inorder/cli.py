@@ -241,12 +241,11 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     from pipelines.select import describe_unrouted, subscribed_types
 
-    _views()
+    views = _views()
     home = _home()
     if args.add_views:
         _add_views(home, args.add_views)
-    _, views = _store_views()
-    subscribed = subscribed_types(views)
+    subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)
     run = _run_document(run_through_dagster(home, args.now))
     for line in _batch_warnings(run["batches"], subscribed):
         print(f"inorder: warning: {line}", file=sys.stderr)

@@ -132,6 +132,10 @@ def run_through_dagster(home: Home, now: datetime | None) -> CliRun:
     run_lock = take_lock(home.root / "run.lock", 0, f"another `inorder run` is in progress on {home.root}; "
                                                    "try again when it ends")
     try:
+        if home.database.exists():  # views the store does not hold are refused before anything is written
+            from pipelines.registry import load_views
+
+            Store.open_read_only(home, load_views()).close()
         return _run_through_dagster(home, now, started)
     finally:
         os.close(run_lock)
