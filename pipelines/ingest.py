@@ -422,10 +422,11 @@ def reingest(store: Store, home: Home, mapping: SourceMapping, subscribed: set[s
         lines = pa.array(sorted(carried), pa.int64())
         kept = InspectedBatch(batch_id, inspected.messages.filter(pc.is_in(inspected.messages["line"], lines)),
                               [m for m in inspected.malformed if m[0] in carried])
-        if not set(stream_type_counts(kept.messages)) & subscribed:
+        types = stream_type_counts(kept.messages)
+        if not set(types) & subscribed:
             progress(f"reingest {root}: with today's source mapping, entry {newest}'s {len(carried)} undelivered "
-                     f"records still reach no view ({len(kept.malformed)} malformed, stream types "
-                     f"{stream_type_counts(kept.messages)}); nothing re-ingested")
+                     f"records still reach no view ({len(kept.malformed)} malformed, stream types {types}); "
+                     "nothing re-ingested")
             continue
         result = _register(store, home, path, batch_id, entry_idx, t_us, (kept, fingerprint, None), reingest_of=newest)
         progress(f"reingest {root}: entry {newest}'s {len(carried)} undelivered records as {batch_id}: "

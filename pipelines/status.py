@@ -55,6 +55,11 @@ class StoreStatus:
     not_loaded: list[str] = field(default_factory=list)  # views the store holds that INORDER_VIEWS did not load
 
 
+# an ingest_log entry no re-ingest superseded (the newest entry of its batch)
+NEWEST_OF_ITS_BATCH = ("entry_idx NOT IN (SELECT r.reingest_of FROM inorder.ingest_log r "
+                       "WHERE r.reingest_of IS NOT NULL)")
+
+
 def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreStatus:
     now_row = con.execute("SELECT max(received_at) FROM inorder.ingest_log").fetchone()
     now_us = us_from_utc(now_row[0])
@@ -62,19 +67,17 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
     # a batch's records count once: a re-ingest's records are the lines the entry it supersedes left
     # undelivered (its unrouted and malformed ones), so those count under the re-ingest alone
     status.batches, status.records, status.malformed = con.execute(
-        """SELECT count(*) FILTER (WHERE reingest_of IS NULL),
-                  coalesce(sum(records), 0) - coalesce(sum(records) FILTER (WHERE reingest_of IS NOT NULL), 0),
-                  coalesce(sum(malformed) FILTER (WHERE entry_idx NOT IN (SELECT reingest_of FROM inorder.ingest_log
-                                                                          WHERE reingest_of IS NOT NULL)), 0)
-           FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived'""").fetchone()
+        f"""SELECT count(*) FILTER (WHERE reingest_of IS NULL),
+                   coalesce(sum(records), 0) - coalesce(sum(records) FILTER (WHERE reingest_of IS NOT NULL), 0),
+                   coalesce(sum(malformed) FILTER (WHERE {NEWEST_OF_ITS_BATCH}), 0)
+            FROM inorder.ingest_log WHERE kind = 'batch' AND status = 'archived'""").fetchone()
     status.normalised = status.records - status.malformed
     status.rejected = con.execute(
         "SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' ORDER BY entry_idx").fetchall()
     # the newest entry of each batch counts: a re-ingest carried the lines the entry it supersedes left unrouted
     types = dict(con.execute(
-        """SELECT t.key, sum(t.value) FROM (SELECT unnest(map_entries(stream_types)) AS t FROM inorder.ingest_log
-           WHERE kind = 'batch' AND status = 'archived' AND entry_idx NOT IN
-                 (SELECT reingest_of FROM inorder.ingest_log WHERE reingest_of IS NOT NULL)) GROUP BY ALL""").fetchall())
+        f"""SELECT t.key, sum(t.value) FROM (SELECT unnest(map_entries(stream_types)) AS t FROM inorder.ingest_log
+            WHERE kind = 'batch' AND status = 'archived' AND {NEWEST_OF_ITS_BATCH}) GROUP BY ALL""").fetchall())
     status.unrouted, status.subscribed = unrouted(types, views), subscribed_types(views)
     status.reingested = con.execute(
         """SELECT o.batch_id, r.batch_id, r.records FROM inorder.ingest_log r
