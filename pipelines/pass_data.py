@@ -62,7 +62,7 @@ class OutputKind(StrEnum):
     ROWS = "rows"  # a row of a stream's keyed table (all of them), or one it appended (table in `name`)
     AGGREGATE = "aggregate"  # a partition's partial sums of one aggregate key (table in `name`)
     COUNT = "count"  # an outcome count per (view, entry): `name`, `n`
-    METRIC = "metric"  # a partition's figure: `name`, `n`
+    METRIC = "metric"  # a partition's figure: `name`, `n` (and `view`, for a view's)
     FATAL = "fatal"  # a handler bug of an on_bug="fail" view: the pass must not be committed
 
 
@@ -141,6 +141,18 @@ class RowsRecord(NamedTuple):
     entry_idx: int
     table: str
     rows: list[dict]
+
+
+class Metric(NamedTuple):
+    """A partition's figure (a METRIC record): the walk's clocks, and per view the streams it walked."""
+
+    name: str
+    n: int
+    view: str | None = None
+
+
+SUMMARY_KINDS = (OutputKind.COUNT, OutputKind.METRIC)  # the records a run's figures are counted from
+SUMMARY_COLUMNS = ["kind", "view", "name", "n"]
 
 
 @dataclass(frozen=True)
@@ -238,9 +250,9 @@ def _message_columns(messages: list[Message]) -> dict[str, list]:
 
 
 def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dict[str, list[dict]]] | None = None,
-                   metrics: dict[str, int] | None = None, with_counts: bool = False) -> Iterator[pa.RecordBatch]:
+                   metrics: list[Metric] | None = None, with_counts: bool = False) -> Iterator[pa.RecordBatch]:
     """`out`'s records as batches of `schema`, one batch per kind (and per view table for rows), then
-    (given) its counts, the partition's `metrics` (name -> n) and aggregate partial sums (view -> table
+    (given) its counts, the partition's `metrics` and aggregate partial sums (view -> table
     -> rows)."""
     if out.watermarks:
         w = list(zip(*out.watermarks))
@@ -288,8 +300,9 @@ def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dic
             "kind": [OutputKind.COUNT.value] * len(keys), "view": [k[0] for k in keys],
             "entry_idx": [k[1] for k in keys], "name": [k[2] for k in keys], "n": list(out.counts.values())})
     if metrics:
-        yield _batch(schema, len(metrics), {"kind": [OutputKind.METRIC.value] * len(metrics),
-                                            "name": list(metrics), "n": list(metrics.values())})
+        names, values, views = zip(*metrics)
+        yield _batch(schema, len(metrics), {"kind": [OutputKind.METRIC.value] * len(metrics), "view": views,
+                                            "name": names, "n": values})
     for view, tables in (aggregates or {}).items():
         for table, rows in tables.items():
             if rows:

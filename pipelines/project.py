@@ -13,6 +13,7 @@ import gc
 import os
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -29,7 +31,8 @@ from pipelines.inspect import MESSAGE_SCHEMA
 from pipelines.message import Message
 from pipelines.order import HandlerBug, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.planning import PassBounds, PlannedEntry, StreamSketch, cut_passes
-from pipelines.pass_data import InputKind, OutputKind, output_batches, output_schema, row_column
+from pipelines.pass_data import (SUMMARY_COLUMNS, SUMMARY_KINDS, InputKind, Metric, OutputKind, output_batches,
+                                 output_schema, row_column)
 from pipelines.select import select_views, subscriptions
 from pipelines.spark import archive_shared, files_shared, mark_used, ship_code, shuffle_partitions
 from pipelines.layout import LIVE, Layout
@@ -41,6 +44,7 @@ INPUTS_FILE = "inputs.parquet"  # the touched state and buffers, in the pass's s
 _MESSAGE_INPUT = ["stream_id", "rec_type", "view", "views", *Message._fields]
 _FLUSH_EVERY = 20_000
 FATAL_METRIC = "fatal"  # how many "fatal" records a partition wrote (read with the summary, not the data)
+WALKED_METRIC = "walked"  # how many streams of a view a partition walked (one watermark record each)
 
 
 @dataclass
@@ -296,6 +300,7 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
     pending: dict[str, list[Message]] = {}
     new: list[Message] = []
     new_views: list[str] = []
+    walked: Counter[str] = Counter()  # view -> streams walked (watermark records written)
     walk_seconds = walk_cpu_seconds = 0.0
 
     def flush_stream() -> None:
@@ -334,6 +339,7 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
                 if stream_id is not None:
                     flush_stream()
                     if len(out) >= _FLUSH_EVERY:
+                        walked.update(w.view for w in out.watermarks)
                         yield from output_batches(out, schema)
                         out.clear_records()
                         gc.collect(1)
@@ -350,8 +356,9 @@ def _order_and_apply(batches: Iterator[pa.RecordBatch], views: dict[str, View],
     if stream_id is not None:
         flush_stream()
     # CPU time too: on a busy machine the JVM takes cores from the walk, which inflates its wall time
-    metrics = {"walk_us": int(walk_seconds * 1e6), "walk_cpu_us": int(walk_cpu_seconds * 1e6),
-               FATAL_METRIC: len(out.fatal)}
+    walked.update(w.view for w in out.watermarks)
+    metrics = [Metric("walk_us", int(walk_seconds * 1e6)), Metric("walk_cpu_us", int(walk_cpu_seconds * 1e6)),
+               Metric(FATAL_METRIC, len(out.fatal)), *(Metric(WALKED_METRIC, n, view) for view, n in walked.items())]
     sums = {view_name: {table_name: _aggregate_partials(views[view_name].table(table_name), table_sums)
                         for table_name, table_sums in tables.items()} for view_name, tables in aggregates.items()}
     yield from output_batches(out, schema, sums, metrics, with_counts=True)
@@ -373,28 +380,53 @@ def archived_messages(spark: SparkSession, files: list[str]) -> DataFrame:
     return spark.createDataFrame(table)
 
 
+def summary_of(output: pa.Table) -> pa.Table:
+    """The records of a pass output that a run's figures are counted from (counts and metrics), without data."""
+    return output.filter(pc.is_in(output["kind"], pa.array([k.value for k in SUMMARY_KINDS]))).select(SUMMARY_COLUMNS)
+
+
+def write_partition_output(batches: Iterable[pa.RecordBatch], folder: Path, schema: pa.Schema, partition: int,
+                           attempt: int) -> Iterator[pa.RecordBatch]:
+    """Write one Spark partition's output to its own Parquet file in `folder` (where the commit reads it),
+    and yield only its summary records: the output itself never crosses the JVM or the driver.
+
+    Each task attempt writes a file of its own and renames it into place once complete, so a failed or
+    retried attempt never leaves a partial file where the commit reads (the walk is deterministic: two
+    attempts write the same rows)."""
+    final = folder / f"part-{partition:05d}.parquet"
+    partial = folder / f"part-{partition:05d}.attempt-{attempt}.partial"
+    try:
+        with pq.ParquetWriter(partial, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)  # one kind per batch: row groups the commit's filters skip by kind
+                summary = summary_of(pa.Table.from_batches([batch]))
+                if summary.num_rows:
+                    yield from summary.to_batches()
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, final)
+
+
 @dataclass
 class PassResult:
-    """A pass's output: written as Parquet by the executors where the driver can read their files (a
-    local session: nothing as large as the output passes through the JVM's heap or the driver), or
-    collected through the driver (a remote cluster)."""
+    """A pass's output: written as Parquet files by the executors where the driver reads them too (a local
+    session, or a shared location: nothing as large as the output passes through the JVM or the driver),
+    or collected through the driver (a remote cluster without one). `summary` is its counts and metrics."""
 
+    summary: pa.Table
     table: pa.Table | None = None
     folder: Path | None = None  # holds at least one Parquet file when set
 
-    def summary(self) -> pa.Table:
-        """The rows ProjectionStats counts (counts, metrics, watermarks), without their data."""
-        kinds = [OutputKind.COUNT.value, OutputKind.METRIC.value, OutputKind.WATERMARK.value]
-        columns = ["kind", "view", "name", "n"]
-        if self.folder is None:
-            return self.table.filter(pc.is_in(self.table["kind"], pa.array(kinds))).select(columns)
-        return pq.read_table(self.folder, columns=columns, filters=[("kind", "in", kinds)])
+    @classmethod
+    def collected(cls, table: pa.Table) -> "PassResult":
+        return cls(summary=summary_of(table), table=table)
 
-    def fatal(self, summary: pa.Table) -> list[HandlerBug]:
+    def fatal(self) -> list[HandlerBug]:
         """Handler bugs of views with on_bug="fail" (the pass must not be committed); the pass's data is
-        read only when its `summary` counts some."""
-        metrics = summary.filter(pc.and_(pc.equal(summary["kind"], OutputKind.METRIC.value),
-                                         pc.equal(summary["name"], FATAL_METRIC)))
+        read only when its summary counts some."""
+        metrics = self.summary.filter(pc.and_(pc.equal(self.summary["kind"], OutputKind.METRIC.value),
+                                              pc.equal(self.summary["name"], FATAL_METRIC)))
         if not pc.sum(metrics["n"]).as_py():
             return []
         columns = ["view", "stream_id", "seq", "entry_idx", "reason"]
@@ -454,7 +486,7 @@ def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views:
     shadow), the writer lock is let go too, so runs ingest and project meanwhile."""
     inputs, files = load_inputs(store, home, views, plan, layout)
     if inputs is None and not files:
-        return PassResult(table=output_schema(v for v in views if v.name in plan.by_view).empty_table())
+        return PassResult.collected(output_schema(v for v in views if v.name in plan.by_view).empty_table())
     with store.released(writer=let_writers_in):
         session = spark()
         try:
@@ -484,17 +516,23 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
         frames.append(selected.selectExpr(f"CAST({int(InputKind.NEW)} AS INT) AS rec_type", "CAST(NULL AS STRING) AS view",
                                           "stream_id", "views", *Message._fields))
     if not frames:
-        return PassResult(table=schema.empty_table())
+        return PassResult.collected(schema.empty_table())
     combined = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
-    partition = functools.partial(order_and_apply_partition, views={v.name: v for v in in_pass},
-                                  entries=plan.by_view, first_seq=first_seq, schema=schema)
-    result = (combined.repartition(shuffle_partitions(spark), "stream_id")
-              .sortWithinPartitions("stream_id", "rec_type", "view", "entry_idx", "line")
-              .mapInArrow(partition, from_arrow_schema(schema)))
+    walk = functools.partial(order_and_apply_partition, views={v.name: v for v in in_pass},
+                             entries=plan.by_view, first_seq=first_seq, schema=schema)
+    walked = (combined.repartition(shuffle_partitions(spark), "stream_id")
+              .sortWithinPartitions("stream_id", "rec_type", "view", "entry_idx", "line"))
     if not shared:
-        return PassResult(table=result.toArrow())
+        return PassResult.collected(walked.mapInArrow(walk, from_arrow_schema(schema)).toArrow())
     output = scratch / "output"
-    result.write.mode("overwrite").parquet(str(output))
+    output.mkdir(parents=True, exist_ok=True)
+
+    def walk_and_write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        task = TaskContext.get()
+        return write_partition_output(walk(batches), output, schema, task.partitionId(), task.attemptNumber())
+
+    summary_schema = pa.schema([schema.field(name) for name in SUMMARY_COLUMNS])
+    summary = walked.mapInArrow(walk_and_write, from_arrow_schema(summary_schema)).toArrow()
     if not any(output.glob("*.parquet")):
-        return PassResult(table=schema.empty_table())
-    return PassResult(folder=output)
+        return PassResult.collected(schema.empty_table())
+    return PassResult(summary=summary.cast(summary_schema), folder=output)

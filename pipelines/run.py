@@ -19,7 +19,7 @@ from pipelines.faults import crash_point
 from pipelines.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
                               new_landing_files, record_entry, reingest, tick_due)
 from pipelines.inspect import SourceMapping
-from pipelines.project import PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
+from pipelines.project import WALKED_METRIC, PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark import stage_progress
 from pipelines.layout import LIVE, Layout
@@ -76,16 +76,19 @@ class ProjectionStats:
         self.rebuilt += other.rebuilt
 
     def add(self, summary: pa.Table) -> None:
-        """Count a pass's `PassResult.summary`: per kind and name, grouped by Arrow (no row in Python)."""
+        """Count a pass's `PassResult.summary` (its counts and metrics), grouped by Arrow."""
         def totals(kind: OutputKind, keys: list[str]) -> list[dict]:
             of_kind = summary.filter(pc.equal(summary["kind"], kind.value))
             return of_kind.group_by(keys).aggregate([("n", "sum"), ("kind", "count")]).to_pylist()
 
-        for metric in totals(OutputKind.METRIC, ["name"]):
+        for metric in totals(OutputKind.METRIC, ["view", "name"]):
             if metric["name"] == "walk_us":
                 self.walk_seconds += metric["n_sum"] / 1e6
             elif metric["name"] == "walk_cpu_us":
                 self.walk_cpu_seconds += metric["n_sum"] / 1e6
+            elif metric["name"] == WALKED_METRIC:
+                view = metric["view"]
+                self.streams_touched[view] = self.streams_touched.get(view, 0) + metric["n_sum"]
         for count in totals(OutputKind.COUNT, ["view", "name"]):
             view, name, n = count["view"], count["name"], count["n_sum"]
             per_view = self.by_view.setdefault(view, {})
@@ -94,8 +97,6 @@ class ProjectionStats:
                 self.selected += n
             elif name in ("applied", "handler_error"):
                 self.handler_calls += n
-        for walked in totals(OutputKind.WATERMARK, ["view"]):
-            self.streams_touched[walked["view"]] = self.streams_touched.get(walked["view"], 0) + walked["kind_count"]
 
 
 @dataclass
@@ -230,8 +231,7 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
         with stage_progress(label, progress):
             out = run_pass(session, store, home, list(selected), plan, first_seq, layout, let_writers_in)
         spark_done = time.perf_counter()
-        summary = out.summary()
-        refuse_failed_pass(out, summary)
+        refuse_failed_pass(out)
         crash_point("project.ordered")
         progress(f"{label}: committing")
         with pass_output(store, out):
@@ -241,7 +241,7 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
             if publishing:  # while the pass output is at hand: only what it changed travels
                 publishing.publish(store.con, [v for v in selected if v.name in plan.by_view],
                                    pass_start={v: entries[0].entry_idx for v, entries in plan.by_view.items()})
-        stats.add(summary)
+        stats.add(out.summary)
         shutil.rmtree(pass_folder(home, layout), ignore_errors=True)
         stats.spark_seconds += spark_done - started - (stats.spark_start_seconds - starts_before)  # the pass alone
         stats.commit_seconds += committed - spark_done
@@ -250,8 +250,8 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
                  f"in {time.perf_counter() - started:.1f}s")
 
 
-def refuse_failed_pass(out: PassResult, summary: pa.Table) -> None:
-    bugs = out.fatal(summary)
+def refuse_failed_pass(out: PassResult) -> None:
+    bugs = out.fatal()
     if bugs:
         raise HandlerBugFailure(bugs)
 

@@ -53,6 +53,20 @@ def us_from_utc(moment: datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+DEFAULT_DUCKDB_MEMORY = "512MiB"
+_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*", re.I)
+
+
+def duckdb_memory_limit(text: str | None) -> str:
+    """INORDER_DUCKDB_MEMORY (default 512MiB): DuckDB's `memory_limit` for the store's connections, a
+    number and a unit (KB, MB, GB, KiB, MiB, GiB…)."""
+    if text is None or not text.strip():
+        return DEFAULT_DUCKDB_MEMORY
+    if not _MEMORY.fullmatch(text):
+        raise ValueError(f"INORDER_DUCKDB_MEMORY must be a size such as 512MiB or 2GB, not {text!r}")
+    return "".join(_MEMORY.fullmatch(text).groups())
+
+
 @dataclass
 class Home:
     """Where inorder keeps its files: INORDER_HOME, with optional separate landing, archive and database."""
@@ -65,6 +79,8 @@ class Home:
     lock_wait_seconds: float = 0.0  # how long a writer waits for another to finish before failing
     # how long opening the DuckDB file waits while another process (a reader, say) holds it
     file_wait_seconds: float = field(default_factory=lambda: float(os.environ.get("INORDER_LOCK_WAIT", "120")))
+    # what DuckDB may hold in memory before it spills to `<database>.tmp`: the driver's memory stays bounded
+    memory_limit: str = field(default_factory=lambda: duckdb_memory_limit(os.environ.get("INORDER_DUCKDB_MEMORY")))
 
     @classmethod
     def from_env(cls, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
@@ -154,16 +170,16 @@ def _stderr(message: str) -> None:
     print(f"inorder: {message}", file=sys.stderr, flush=True)
 
 
-def connect(path: Path, read_only: bool, wait_seconds: float, say: Callable[[str], None] = _stderr
-            ) -> duckdb.DuckDBPyConnection:
-    """Open the DuckDB file; while another process holds it (DuckDB's lock is per process: a reader
-    blocks a writer and the other way round), retry with backoff up to `wait_seconds`, saying who
-    holds it and for how long, then fail with one line (StoreBusy)."""
+def connect(path: Path, read_only: bool, wait_seconds: float, say: Callable[[str], None] = _stderr,
+            memory_limit: str = DEFAULT_DUCKDB_MEMORY) -> duckdb.DuckDBPyConnection:
+    """Open the DuckDB file with `memory_limit`; while another process holds it (DuckDB's lock is per
+    process: a reader blocks a writer and the other way round), retry with backoff up to `wait_seconds`,
+    saying who holds it and for how long, then fail with one line (StoreBusy)."""
     started = time.monotonic()
     delay, said = 0.02, None
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=read_only)
+            con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": memory_limit})
             con.execute("SET TimeZone = 'UTC'")
             return con
         except duckdb.IOException as exc:
@@ -216,7 +232,8 @@ class Store:
         lock_fd = take_lock(home.database.with_suffix(".lock"), home.lock_wait_seconds,
                             f"another inorder run is writing {home.database}; try again when it ends")
         try:
-            con = connect(home.database, read_only=False, wait_seconds=home.file_wait_seconds)
+            con = connect(home.database, read_only=False, wait_seconds=home.file_wait_seconds,
+                          memory_limit=home.memory_limit)
             try:
                 check_view_set(con, views, tuple(adding))
             except BaseException:
@@ -240,7 +257,8 @@ class Store:
         `views`, loaded views the store does not hold are refused (ViewSetMismatch), as `open` does."""
         if not home.database.exists():
             raise FileNotFoundError(f"no read store at {home.database}: run `inorder run` first")
-        con = connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds)
+        con = connect(home.database, read_only=True, wait_seconds=home.file_wait_seconds,
+                      memory_limit=home.memory_limit)
         if views is not None:
             try:
                 check_view_set(con, list(views))
@@ -265,7 +283,7 @@ class Store:
             if let_go:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             self.con = connect(self._home.database, read_only=self._read_only,
-                               wait_seconds=self._home.file_wait_seconds)
+                               wait_seconds=self._home.file_wait_seconds, memory_limit=self._home.memory_limit)
 
     def close(self) -> None:
         crash_point("store.close")  # closing checkpoints the WAL into the database file

@@ -127,3 +127,27 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
     # the run holds the file only to register, load and commit: the dashboard got in during the run
     assert during[0] >= 10, (during, opened, refused)
     assert counts[-1] == 4 * 5  # 4 views × (3 first batches + 2 more)
+
+
+def test_the_store_connection_keeps_duckdb_within_its_memory_limit(tmp_path, monkeypatch):
+    """The driver's memory is bounded: DuckDB spills past INORDER_DUCKDB_MEMORY (default 512MiB)."""
+    from pipelines.store import DEFAULT_DUCKDB_MEMORY, Home, Store
+
+    def limit(home: Home) -> int:
+        with Store.open(home, []) as store:
+            return store.con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchone()[0]
+
+    monkeypatch.delenv("INORDER_DUCKDB_MEMORY", raising=False)
+    assert Home.from_env(tmp_path / "a").memory_limit == DEFAULT_DUCKDB_MEMORY
+    assert limit(Home.from_env(tmp_path / "a")) == "512.0 MiB"
+    monkeypatch.setenv("INORDER_DUCKDB_MEMORY", " 2 GB ")
+    assert limit(Home.from_env(tmp_path / "b")) == "1.8 GiB"  # 2 GB = 1.86 GiB, as DuckDB shows it
+
+
+@pytest.mark.parametrize("text", ["lots", "512", "-1GB", "1 PB", "1e9"])
+def test_a_memory_limit_that_is_not_a_size_is_refused_in_one_line(monkeypatch, text):
+    from pipelines.store import Home
+
+    monkeypatch.setenv("INORDER_DUCKDB_MEMORY", text)
+    with pytest.raises(ValueError, match="^INORDER_DUCKDB_MEMORY must be a size such as 512MiB or 2GB, not"):
+        Home.from_env("/nonexistent")

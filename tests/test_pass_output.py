@@ -1,0 +1,82 @@
+"""The pass output as the executors write it: one Parquet file per Spark partition, written by the
+partition's own Python worker, with only the counts and metrics handed back to Spark (docs/STORE.md,
+"The pass"). Nothing of it may be lost, doubled, or left half-written by a failed task attempt."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import project
+from pipelines.message import Message
+from pipelines.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, PendingRecord, WatermarkRecord, output_batches,
+                                 output_schema)
+from pipelines.registry import load_views
+from pipelines.run import run
+from tests.harness import assert_same_store, fresh_home, read_store
+from views.bank_generator import GeneratorConfig, generate
+
+VIEWS = load_views("views")
+SCHEMA = output_schema(VIEWS)
+
+
+def partition_batches(streams: int) -> list[pa.RecordBatch]:
+    """What a partition's walk yields: watermark and pending records, then its counts and metrics."""
+    out = PassOutput()
+    message = Message(2, 1, 1, "b1", "Deposited", '{"amount": 1}', None, None, "account")
+    for i in range(streams):
+        out.watermarks.append(WatermarkRecord("accounts", f"s-{i}", 1, "account", 1, 2, 10, False, 1, 0))
+        out.count("accounts", 1, "selected", 2)
+    out.pending.append(PendingRecord("accounts", "s-0", message))
+    return list(output_batches(out, SCHEMA, metrics=[Metric("walk_us", 5), Metric("walked", streams, "accounts")],
+                               with_counts=True))
+
+
+def test_a_partition_writes_every_record_to_its_file_and_hands_back_only_its_summary(tmp_path):
+    summary = pa.Table.from_batches(list(project.write_partition_output(
+        iter(partition_batches(3)), tmp_path, SCHEMA, partition=7, attempt=0)))
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00007.parquet"]
+    written = pq.read_table(tmp_path / "part-00007.parquet")
+    assert written.schema == SCHEMA
+    assert sorted(written["kind"].to_pylist()) == sorted(
+        ["watermark"] * 3 + ["pending", "count", "metric", "metric"])
+    assert summary.column_names == SUMMARY_COLUMNS
+    assert sorted(summary.to_pylist(), key=repr) == sorted([
+        {"kind": "count", "view": "accounts", "name": "selected", "n": 6},
+        {"kind": "metric", "view": None, "name": "walk_us", "n": 5},
+        {"kind": "metric", "view": "accounts", "name": "walked", "n": 3}], key=repr)
+
+
+def test_a_failed_attempt_leaves_no_file_and_the_next_attempt_writes_it_whole(tmp_path):
+    def failing():
+        yield from partition_batches(3)[:1]
+        raise RuntimeError("executor lost")
+
+    with pytest.raises(RuntimeError, match="executor lost"):
+        list(project.write_partition_output(failing(), tmp_path, SCHEMA, partition=2, attempt=0))
+    assert list(tmp_path.iterdir()) == []
+    list(project.write_partition_output(iter(partition_batches(4)), tmp_path, SCHEMA, partition=2, attempt=1))
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00002.parquet"]
+    assert pq.read_table(tmp_path / "part-00002.parquet")["kind"].to_pylist().count("watermark") == 4
+
+
+def test_output_written_by_the_workers_and_output_collected_by_the_driver_make_the_same_store(
+        spark, tmp_path, monkeypatch):
+    """The local (and shared-location) path against the path of a cluster without a shared location, on the
+    bank demo's disorder, duplicates, gaps and poison, batch by batch: every table equal, row for row."""
+    landing = tmp_path / "batches"
+    paths = generate(landing, GeneratorConfig(events=1500, streams=40, batches=4, seed=11))
+    stores = {}
+    for shared in (True, False):
+        monkeypatch.setattr(project, "files_shared", lambda spark, scratch_set, shared=shared: shared)
+        home = fresh_home(tmp_path, f"shared-{shared}")
+        for i, path in enumerate(paths):
+            (home.landing / path.name).write_bytes(path.read_bytes())
+            report = run(spark, home, VIEWS, now=datetime(2026, 11, 2, tzinfo=timezone.utc) + timedelta(hours=i))
+            assert report.projection.streams_touched, "every batch walks streams"
+        stores[shared] = read_store(home, VIEWS)
+    assert sum(len(rows) for rows in stores[True].values()) > 1000
+    assert_same_store(stores[True], stores[False])
