@@ -362,22 +362,27 @@ def _plain_message(raw: bytes, decoder: msgspec.json.Decoder, max_record_bytes: 
 
 
 def _inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: SourceMapping) -> InspectedBatch:
-    """Every line through the fast path in one pass, then only the lines it left through the per-line path."""
+    """Every line through the fast path, then only the lines it left through the per-line path; a chunk
+    of lines at a time, so the driver holds Python objects for one chunk, not for the whole file."""
     raws = _json_lines(data)
     decoder = _plain_decoder(mapping)
     limit = mapping.max_record_bytes
-    messages = [_plain_message(raw, decoder, limit) for raw in raws] if decoder else [None] * len(raws)
-    malformed = []
-    for i in _positions_of_none(messages):
-        outcome = _normalised(_jsonl_record(raws[i], mapping), mapping)
-        if type(outcome) is tuple:
-            messages[i] = outcome
-        else:
-            malformed.append((i + 1, _raw(raws[i]), str(outcome)))
-    lines = range(1, len(raws) + 1)
-    if malformed:  # the lines that are messages (a message is a non-empty tuple, a malformed line still None)
-        lines, messages = list(compress(lines, messages)), list(filter(None, messages))
-    return _inspected(batch_id, entry_idx, lines, messages, malformed)
+    tables, malformed = [], []
+    for start in range(0, len(raws), CHUNK_RECORDS):
+        chunk = raws[start:start + CHUNK_RECORDS]
+        messages = [_plain_message(raw, decoder, limit) for raw in chunk] if decoder else [None] * len(chunk)
+        bad_before = len(malformed)
+        for i in _positions_of_none(messages):
+            outcome = _normalised(_jsonl_record(chunk[i], mapping), mapping)
+            if type(outcome) is tuple:
+                messages[i] = outcome
+            else:
+                malformed.append((start + i + 1, _raw(chunk[i]), str(outcome)))
+        lines = range(start + 1, start + len(chunk) + 1)
+        if len(malformed) > bad_before:  # the lines that are messages (a message is a non-empty tuple)
+            lines, messages = list(compress(lines, messages)), list(filter(None, messages))
+        tables.append(_message_table(batch_id, entry_idx, lines, messages))
+    return _inspected(batch_id, tables, malformed)
 
 
 def _positions_of_none(items: list) -> Iterator[int]:
@@ -499,6 +504,9 @@ def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, 
                 yield number, _raw(json.dumps(record, default=str)), exc
 
 
+CHUNK_RECORDS = 65_536  # records turned into Python objects at a time, then into Arrow
+
+
 @dataclass
 class InspectedBatch:
     batch_id: str
@@ -537,7 +545,9 @@ def inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: Sour
 
 def inspect_records(records: Iterable[tuple[int, bytes | str, tuple | Malformed]], batch_id: str,
                     entry_idx: int) -> InspectedBatch:
-    """(line, raw text, message or Malformed) of one batch -> its messages table and malformed lines."""
+    """(line, raw text, message or Malformed) of one batch -> its messages table and malformed lines, a
+    chunk of messages at a time."""
+    tables: list[pa.Table] = []
     lines: list[int] = []
     messages: list[tuple] = []
     malformed: list[tuple[int, str, str]] = []
@@ -545,17 +555,24 @@ def inspect_records(records: Iterable[tuple[int, bytes | str, tuple | Malformed]
         if type(message) is tuple:
             lines.append(number)
             messages.append(message)
+            if len(messages) == CHUNK_RECORDS:
+                tables.append(_message_table(batch_id, entry_idx, lines, messages))
+                lines, messages = [], []
         else:
             malformed.append((number, _raw(raw), str(message)))
-    return _inspected(batch_id, entry_idx, lines, messages, malformed)
+    tables.append(_message_table(batch_id, entry_idx, lines, messages))
+    return _inspected(batch_id, tables, malformed)
 
 
-def _inspected(batch_id: str, entry_idx: int, lines: Sequence[int], messages: list[tuple],
-               malformed: list[tuple[int, str, str]]) -> InspectedBatch:
-    """The batch of these messages (each at its line) and malformed lines."""
+def _message_table(batch_id: str, entry_idx: int, lines: Sequence[int], messages: list[tuple]) -> pa.Table:
+    """These messages (each at its line) as archive rows."""
     n = len(lines)
     # Arrow takes the tuples apart itself (a struct array, flattened): no Python list per column
     fields = pa.array(messages, _MESSAGE_FIELDS).flatten()
-    table = pa.table([pa.repeat(pa.scalar(entry_idx, pa.int64()), n), pa.repeat(pa.scalar(batch_id, pa.string()), n),
-                      pa.array(lines, pa.int64()), *fields], schema=MESSAGE_SCHEMA)
-    return InspectedBatch(batch_id, table, malformed)
+    return pa.table([pa.repeat(pa.scalar(entry_idx, pa.int64()), n), pa.repeat(pa.scalar(batch_id, pa.string()), n),
+                     pa.array(lines, pa.int64()), *fields], schema=MESSAGE_SCHEMA)
+
+
+def _inspected(batch_id: str, tables: list[pa.Table], malformed: list[tuple[int, str, str]]) -> InspectedBatch:
+    """The batch of these chunks of messages and malformed lines."""
+    return InspectedBatch(batch_id, pa.concat_tables(tables) if tables else MESSAGE_SCHEMA.empty_table(), malformed)

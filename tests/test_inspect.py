@@ -413,3 +413,32 @@ def test_a_source_mapping_loads_from_its_file_or_is_the_default(tmp_path):
     path.write_text(json.dumps({"stream": "id"}))
     with pytest.raises(ValueError, match=r"unknown source mapping keys: \['stream'\]"):
         SourceMapping.load(path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_batch_inspected_a_chunk_at_a_time_is_the_batch_inspected_whole(tmp_path, monkeypatch, fmt):
+    """The driver holds Python objects for one chunk of records at a time: chunk boundaries, with malformed
+    lines on and beside them, change nothing in the messages, their lines or the malformed rows."""
+    import pipelines.inspect as inspect
+
+    good = [{"stream_id": f"s{i % 4}", "seq": i // 4 + 1, "type": "Deposited", "payload": {"amount": i}}
+            for i in range(20)]
+    path = tmp_path / f"batch.{fmt}"
+    if fmt == "jsonl":
+        lines = [json.dumps(r) for r in good]
+        for at, bad in ((0, "not json"), (4, '{"seq": 1}'), (5, "{"), (11, '{"stream_id": "x", "seq": "a"}')):
+            lines.insert(at, bad)
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        rows = [[r["stream_id"], str(r["seq"]), r["type"], json.dumps(r["payload"])] for r in good]
+        rows[3][1] = "not a seq"
+        rows[9][0] = ""
+        with path.open("w", newline="") as f:
+            csv.writer(f).writerows([["stream_id", "seq", "type", "payload"], *rows])
+    whole = inspect_file(path, "b1", 1, SourceMapping())
+    monkeypatch.setattr(inspect, "CHUNK_RECORDS", 3)
+    chunked = inspect_file(path, "b1", 1, SourceMapping())
+    assert len(whole.malformed) in (2, 4) and whole.messages.num_rows == 20 - (2 if fmt == "csv" else 0)
+    assert chunked.messages.to_pylist() == whole.messages.to_pylist()
+    assert chunked.malformed == whole.malformed
+    assert chunked.messages.schema == whole.messages.schema
