@@ -1,5 +1,6 @@
-"""What an operator must hear about: error and late rates over thresholds, streams blocked past their
-timers, parked streams, rejected files. The Dagster checks (assets/checks.py) turn these verdicts
+"""What an operator must hear about: reject and late rates over thresholds, any bug in a view's
+handlers, and why (the commonest reasons), streams blocked past their timers, parked streams,
+rejected files. The Dagster checks (assets/checks.py) turn these verdicts
 yellow or red; everything here reads the store only."""
 
 from __future__ import annotations
@@ -50,8 +51,6 @@ WINDOW_ENTRIES = {
 # a handler_error row's class, 'reject' or 'bug' (rows written before classes were logged have none: a
 # Reject is still known by its exception type)
 ERROR_CLASS = "coalesce(e.error_class, CASE WHEN e.exception_type = 'Reject' THEN 'reject' ELSE 'bug' END)"
-
-
 _MESSAGES = "count(DISTINCT (e.stream_id, e.seq))"  # a message's retried attempts are one message
 
 
@@ -76,7 +75,8 @@ def recent_windows(con: duckdb.DuckDBPyConnection, view: str) -> list[Window]:
     attempts are one message, and a bug that parked its stream counts although it moved no watermark."""
     windows = []
     for label, entries in WINDOW_ENTRIES.items():
-        reject, bug = (f"(SELECT {_MESSAGES} {_logged(label, 'handler_error', _of_class(c))})" for c in ("reject", "bug"))
+        reject, bug = (f"(SELECT {_MESSAGES} {_logged(label, 'handler_error', _of_class(error_class))})"
+                       for error_class in ("reject", "bug"))
         windows.append(Window(label, *map(int, _run(
             con, f"SELECT count(*), coalesce(sum(selected), 0), coalesce(sum(late), 0), {reject}, {bug} "
                  f"FROM inorder.batches WHERE view = $view AND entry_idx IN ({entries})",
