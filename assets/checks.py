@@ -168,10 +168,11 @@ def _view_checks(view: View) -> list[ViewCheck]:
                                              "timer_due_at": o.due_at.isoformat(),
                                              "overdue_seconds": round(o.overdue_seconds)} for o in oldest]),
         }
+        command = f"inorder pending --view {view.name}"
         if count:
-            metadata["next_command"] = dg.MetadataValue.text(f"inorder pending --view {view.name}")
+            metadata["next_command"] = dg.MetadataValue.text(command)
         return dg.AssetCheckResult(passed=count == 0, metadata=metadata, description=None if count == 0 else
-            f"{count} streams are blocked past their gap timer: `inorder pending --view {view.name}` lists them")
+            f"{count} streams are blocked past their gap timer: `{command}` lists them")
 
     @check("no_parked_streams", "No stream parked by a handler error, waiting for `inorder retry` or "
                                 "`inorder skip` (warns)")

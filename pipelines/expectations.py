@@ -18,7 +18,10 @@ against it (tests/test_expectations.py):
   unique does so over the rows where not all of its columns are missing, missing values comparing equal;
 - DECIMAL columns reach pandas as float64, so they are compared and grouped as DOUBLE here too;
 - a failure's sample is its first 5 failing values in table order (GX's ``partial_unexpected_list``),
-  as text: ``str(value)``, or ``str(row)`` of the row's dict for a compound rule;
+  as text: ``str(value)``, or ``str(row)`` of the row's dict for a compound rule; the check's table
+  shows the same rows typed, with their primary keys (`suite_markdown`);
+- unexpected_percent is of the rows the rule looks at: every row for not_null, the rows whose value is
+  not missing for the others (not all missing, for compound unique);
 - per table, GX's order: the rules that could not be evaluated first, then the others, grouped by
   their column in order of first appearance (the multi-column rules form one group).
 

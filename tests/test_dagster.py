@@ -270,6 +270,41 @@ def test_one_bug_fails_whatever_the_reject_thresholds(projected_home):
     assert _run_check(projected_home, lenient, "reject_rate").passed  # a bug is no refusal
 
 
+def test_a_parked_stream_warns_with_the_exceptions_that_parked_it_and_what_to_run(projected_home):
+    assert _run_check(projected_home, "accounts", "no_parked_streams").passed
+    con = duckdb.connect(str(projected_home.database))
+    stream, seq, entry = con.execute(
+        "UPDATE inorder.watermarks SET parked = true WHERE view = 'accounts' AND stream_id = (SELECT min(stream_id) "
+        "FROM inorder.watermarks WHERE view = 'accounts') RETURNING stream_id, last_seq + 1, updated_entry").fetchone()
+    for attempt in (1, 2):  # a retried message is one message
+        con.execute("INSERT INTO inorder.errors (view, stream_id, seq, kind, exception_type, message, error_class, "
+                    "entry_idx, attempt) VALUES ('accounts', ?, ?, 'handler_error', 'KeyError', 'owner', 'bug', ?, ?)",
+                    [stream, seq, entry, attempt])
+    con.close()
+    warned = _run_check(projected_home, "accounts", "no_parked_streams")
+    assert not warned.passed and warned.severity == dg.AssetCheckSeverity.WARN
+    assert f"| KeyError: owner | 1 | 1 | {stream} seq {seq} |" in warned.metadata["top_reasons"].value
+    assert warned.metadata["next_command"].value == ("inorder pending --view accounts "
+                                                     "(fix the view, then: inorder retry --view accounts --all)")
+
+
+def test_a_late_rate_over_its_threshold_names_the_skipped_gaps_and_what_to_run(projected_home):
+    con = duckdb.connect(str(projected_home.database))
+    (entry, stream), = con.execute(
+        "SELECT max(entry_idx), (SELECT min(stream_id) FROM inorder.watermarks WHERE view = 'accounts') "
+        "FROM inorder.batches WHERE view = 'accounts'").fetchall()
+    con.execute("UPDATE inorder.batches SET late = 60 WHERE view = 'accounts' AND entry_idx = ?", [entry])
+    con.execute("INSERT INTO inorder.gaps (view, stream_id, first_missing, last_missing, waited_seconds, reason, "
+                "entry_idx) VALUES ('accounts', ?, 1000, 1100, 600, 'capacity', ?)", [stream, entry])
+    for seq in range(1000, 1060):
+        con.execute("INSERT INTO inorder.errors (view, stream_id, seq, kind, reason, entry_idx) "
+                    "VALUES ('accounts', ?, ?, 'late', 'seq arrived after its gap was skipped', ?)", [stream, seq, entry])
+    con.close()
+    failed = _run_check(projected_home, "accounts", "late_rate")
+    assert not failed.passed and failed.metadata["next_command"].value == "inorder errors --view accounts --kind late"
+    assert f"| its gap was skipped (capacity) | 60 | 1 | {stream} seq 1000 |" in failed.metadata["top_reasons"].value
+
+
 def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected_home):
     con = duckdb.connect(str(projected_home.database))
     deleted = con.execute("DELETE FROM inorder.pending WHERE rowid = "
