@@ -288,6 +288,13 @@ def test_a_parked_stream_warns_with_the_exceptions_that_parked_it_and_what_to_ru
                                                      "(fix the view, then: inorder retry --view accounts --all)")
 
 
+def test_an_overdue_blocked_stream_names_the_command_that_lists_it(projected_home):
+    overdue = _run_check(projected_home, "accounts", "no_overdue_blocked_streams")
+    assert overdue.metadata["overdue_streams"].value > 0  # a gap's timer, at T0, is long past by the wall clock
+    assert not overdue.passed and overdue.metadata["next_command"].value == "inorder pending --view accounts"
+    assert "`inorder pending --view accounts` lists them" in overdue.description
+
+
 def test_a_late_rate_over_its_threshold_names_the_skipped_gaps_and_what_to_run(projected_home):
     con = duckdb.connect(str(projected_home.database))
     (entry, stream), = con.execute(
