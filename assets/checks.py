@@ -1,22 +1,25 @@
 """Asset checks on every view: its Great Expectations suite, the conservation identity (blocking),
 that no stream's watermark moved backwards, that PostgreSQL shows its newest commit, and what an
-operator must act on (error and late rates over the view's thresholds, streams blocked past their
-timers, parked streams); on `event_batches`: no new rejected files."""
+operator must act on (reject and late rates over the view's thresholds, any bug in its handlers,
+streams blocked past their timers, parked streams); on `event_batches`: no new rejected files.
+A check that fails or warns says why (`top_reasons`) and what to run next (`next_command`)."""
 
 from datetime import datetime, timezone
 from typing import Callable, Iterator, NamedTuple
 
 import dagster as dg
 
-from pipelines.expectations import validate_view
-from pipelines.health import (duplicate_keys, judge_rate, newest_entry, overdue_streams, parked_streams,
-                              recent_windows, rejected_after, unrouted_after)
+from pipelines.expectations import suite_markdown, validate_suite
+from pipelines.health import (REASON_HEADER, Reason, Verdict, Window, duplicate_keys, judge_bugs, judge_rate,
+                              newest_entry, overdue_streams, parked_reasons, parked_streams, recent_windows,
+                              rejected_after, top_reasons, unrouted_after)
+from pipelines.markdown import markdown_table
 from pipelines.publish import read_positions
 from pipelines.registry import load_views
 from pipelines.select import describe_unrouted, subscribed_types
 from pipelines.status import read_status
 from pipelines.store import Store
-from pipelines.view import View
+from pipelines.view import Thresholds, View
 from assets.schedules import TICK_INTERVAL
 from resources import FoldersResource, ReadStoreResource, inorder_home
 
@@ -43,12 +46,16 @@ def _view_checks(view: View) -> list[ViewCheck]:
     @check("expectations", f"The Great Expectations suite of {view.name}'s declared expectations, evaluated in "
                            "DuckDB SQL (no table is loaded whole into pandas)")
     def expectations(store: Store) -> dg.AssetCheckResult:
-        evaluated, failures = validate_view(store.con, view)
+        suite = validate_suite(store.con, view)
+        failures = suite.failures
         return dg.AssetCheckResult(passed=not failures, metadata={
-            "expectations": dg.MetadataValue.int(evaluated),
+            "suite": dg.MetadataValue.text(suite.suite),
+            "results": dg.MetadataValue.md(suite_markdown(suite)),
+            "expectations": dg.MetadataValue.int(len(suite.results)),
             "failed": dg.MetadataValue.int(len(failures)),
             "failures": dg.MetadataValue.json(failures),
-        })
+        }, description=None if not failures else
+            f"{len(failures)} of {len(suite.results)} expectations of suite {suite.suite} failed")
 
     @check("conservation", "selected = applied + ignored + handler_error + duplicate + late + "
                            "conflict + pending, and records = malformed + normalised per batch", blocking=True)
@@ -108,26 +115,43 @@ def _view_checks(view: View) -> list[ViewCheck]:
         }, description=None if position.current else
             f"PostgreSQL is {position.behind} entries behind DuckDB: `inorder publish` catches it up")
 
-    def rate_check(name: str, outcome: str, what: str) -> None:
-        thresholds = getattr(view.alerts, f"{outcome}_rate")
+    def window_metadata(windows: list[Window], outcome: str) -> dict:
+        metadata = {}
+        for w in windows:
+            prefix = w.label.replace(" ", "_")
+            metadata[f"{prefix}/rate"] = dg.MetadataValue.float(round(w.rate(outcome), 6))
+            metadata[f"{prefix}/{outcome}"] = dg.MetadataValue.int(getattr(w, outcome))
+            metadata[f"{prefix}/selected"] = dg.MetadataValue.int(w.selected)
+        return metadata
 
-        @check(name, f"The share of selected messages that were {what}, in the last run and over the last 24 h of "
-                     f"logical time: warns above {thresholds.warn:.2%}, fails above {thresholds.error:.2%} "
-                     "(the view's `alerts`)")
+    def rate_check(outcome: str, what: str, kind: str) -> None:
+        thresholds: Thresholds = getattr(view.alerts, f"{outcome}_rate")
+
+        @check(f"{outcome}_rate", f"The share of selected messages that were {what}, in the last run and over the "
+                                  f"last 24 h of logical time: warns above {thresholds.warn:.2%}, fails above "
+                                  f"{thresholds.error:.2%}, judged on {view.alerts.min_selected} selected messages "
+                                  "at least (the view's `alerts`)")
         def rate(store: Store) -> dg.AssetCheckResult:
             windows = recent_windows(store.con, view.name)
-            verdict = judge_rate(outcome, windows, thresholds)
-            metadata: dict = {"warn_above": dg.MetadataValue.float(thresholds.warn),
-                              "fail_above": dg.MetadataValue.float(thresholds.error)}
-            for w in windows:
-                prefix = w.label.replace(" ", "_")
-                metadata[f"{prefix}/rate"] = dg.MetadataValue.float(round(w.rate(outcome), 6))
-                metadata[f"{prefix}/{outcome}"] = dg.MetadataValue.int(getattr(w, outcome))
-                metadata[f"{prefix}/selected"] = dg.MetadataValue.int(w.selected)
-            return _verdict(verdict, metadata)
+            verdict = judge_rate(outcome, windows, thresholds, view.alerts.min_selected)
+            metadata = {"warn_above": dg.MetadataValue.float(thresholds.warn),
+                        "fail_above": dg.MetadataValue.float(thresholds.error),
+                        "min_selected": dg.MetadataValue.int(view.alerts.min_selected),
+                        **window_metadata(windows, outcome)}
+            return _verdict(verdict, metadata,
+                            _why(store, view, verdict, outcome, f"inorder errors --view {view.name} --kind {kind}"))
 
-    rate_check("handler_error_rate", "handler_error", "handler errors")
-    rate_check("late_rate", "late", "late (after their gap was skipped)")
+    rate_check("reject", "refused by a handler (`Reject`: business refusals, expected at some rate)", "handler_error")
+    rate_check("late", "late (after their gap was skipped)", "late")
+
+    @check("no_handler_bugs", "No message failed on a bug in the view's handlers (an exception other than `Reject`) "
+                              "in the last run or the last 24 h of logical time: a bug is never normal, one fails")
+    def no_handler_bugs(store: Store) -> dg.AssetCheckResult:
+        windows = recent_windows(store.con, view.name)
+        verdict = judge_bugs(windows)
+        return _verdict(verdict, window_metadata(windows, "bug"),
+                        _why(store, view, verdict, "bug",
+                             f"inorder errors --view {view.name} --kind handler_error {_fix_then_retry(view)}"))
 
     @check("no_overdue_blocked_streams",
            f"No stream blocked longer than its gap_timeout ({view.gap_timeout:g}s) plus the tick interval "
@@ -137,24 +161,31 @@ def _view_checks(view: View) -> list[ViewCheck]:
         now = max(datetime.now(timezone.utc), store.con.execute(
             "SELECT coalesce(max(received_at), now()) FROM inorder.ingest_log").fetchone()[0])
         count, oldest = overdue_streams(store.con, view, now, TICK_INTERVAL)
-        return dg.AssetCheckResult(passed=count == 0, metadata={
+        metadata = {
             "overdue_streams": dg.MetadataValue.int(count),
             "oldest": dg.MetadataValue.json([{"stream_id": o.stream_id, "waiting_for_seq": o.waiting_for,
                                              "blocked_since": o.blocked_since.isoformat(),
                                              "timer_due_at": o.due_at.isoformat(),
                                              "overdue_seconds": round(o.overdue_seconds)} for o in oldest]),
-        }, description=None if count == 0 else
-            f"{count} streams are blocked past their gap timer: `inorder pending --view {view.name}` lists them")
+        }
+        command = f"inorder pending --view {view.name}"
+        if count:
+            metadata["next_command"] = dg.MetadataValue.text(command)
+        return dg.AssetCheckResult(passed=count == 0, metadata=metadata, description=None if count == 0 else
+            f"{count} streams are blocked past their gap timer: `{command}` lists them")
 
     @check("no_parked_streams", "No stream parked by a handler error, waiting for `inorder retry` or "
                                 "`inorder skip` (warns)")
     def no_parked_streams(store: Store) -> dg.AssetCheckResult:
         count, first = parked_streams(store.con, view.name)
+        metadata = {"parked_streams": dg.MetadataValue.int(count),
+                    "first": dg.MetadataValue.json([{"stream_id": s, "parked_seq": q, "attempts": a}
+                                                    for s, q, a in first])}
+        if count:
+            metadata |= _next_step(parked_reasons(store.con, view.name),
+                                   f"inorder pending --view {view.name} {_fix_then_retry(view)}")
         return dg.AssetCheckResult(
-            passed=count == 0, severity=dg.AssetCheckSeverity.WARN,
-            metadata={"parked_streams": dg.MetadataValue.int(count),
-                      "first": dg.MetadataValue.json([{"stream_id": s, "parked_seq": q, "attempts": a}
-                                                      for s, q, a in first])},
+            passed=count == 0, severity=dg.AssetCheckSeverity.WARN, metadata=metadata,
             description=None if count == 0 else
             f"{count} parked streams: fix the view, then `inorder retry --view {view.name} --all` "
             f"(or `inorder skip`)")
@@ -190,10 +221,27 @@ def _evaluated(view_check: ViewCheck, store: Store) -> dg.AssetCheckResult:
                                description=result.description)
 
 
-def _verdict(verdict, metadata: dict) -> dg.AssetCheckResult:
+def _verdict(verdict: Verdict, metadata: dict, why: dict) -> dg.AssetCheckResult:
     severity = dg.AssetCheckSeverity.WARN if verdict.severity == "WARN" else dg.AssetCheckSeverity.ERROR
-    return dg.AssetCheckResult(passed=verdict.passed, severity=severity, metadata=metadata,
+    return dg.AssetCheckResult(passed=verdict.passed, severity=severity, metadata={**metadata, **why},
                                description=verdict.description)
+
+
+def _why(store: Store, view: View, verdict: Verdict, outcome: str, command: str) -> dict:
+    """A failing or warning verdict's reasons (in the window it judged) and the command to run next."""
+    if verdict.passed or verdict.window is None:
+        return {}
+    return _next_step(top_reasons(store.con, view.name, outcome, verdict.window), command)
+
+
+def _fix_then_retry(view: View) -> str:
+    return f"(fix the view, then: inorder retry --view {view.name} --all)"
+
+
+def _next_step(reasons: list[Reason], command: str) -> dict:
+    """What a check that is not green says about why, and what to run next."""
+    return {"top_reasons": dg.MetadataValue.md(markdown_table(REASON_HEADER, reasons) if reasons else "none logged"),
+            "next_command": dg.MetadataValue.text(command)}
 
 
 NO_NEW_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_new_rejected_files")

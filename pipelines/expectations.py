@@ -18,7 +18,10 @@ against it (tests/test_expectations.py):
   unique does so over the rows where not all of its columns are missing, missing values comparing equal;
 - DECIMAL columns reach pandas as float64, so they are compared and grouped as DOUBLE here too;
 - a failure's sample is its first 5 failing values in table order (GX's ``partial_unexpected_list``),
-  as text: ``str(value)``, or ``str(row)`` of the row's dict for a compound rule;
+  as text: ``str(value)``, or ``str(row)`` of the row's dict for a compound rule; the check's table
+  shows the same rows typed, with their primary keys (`suite_markdown`);
+- unexpected_percent is of the rows the rule looks at: every row for not_null, the rows whose value is
+  not missing for the others (not all missing, for compound unique);
 - per table, GX's order: the rules that could not be evaluated first, then the others, grouped by
   their column in order of first appearance (the multi-column rules form one group).
 
@@ -35,10 +38,11 @@ import logging
 import os
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 
+from pipelines.markdown import markdown_table
 from pipelines.view import Expectation, View
 
 SAMPLE = 5
@@ -124,7 +128,9 @@ class _Rule:
     columns: list[str]
     raised: bool = False
     unexpected_count: int | None = None
+    unexpected_percent: float | None = None  # GX's: of the rows the rule looks at (not_null: all of them)
     sample: list[str] = field(default_factory=list)
+    sample_rows: list[dict] = field(default_factory=list)  # the sample's rows: their keys and values, typed
 
     @property
     def group(self) -> str:  # GX validates a suite's expectations grouped by their "column"
@@ -135,9 +141,10 @@ class _Rule:
 class _Table:
     """A table of the read store, its columns' types, and the SQL of the rules on it."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, name: str) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, name: str, primary_key: tuple[str, ...]) -> None:
         self.con = con
         self.name = name
+        self.primary_key = primary_key
         self.sql_name = _q(name)
         described = con.execute(f"SELECT * FROM {self.sql_name} LIMIT 0").description
         self.types = {column: str(sql_type).upper() for column, sql_type, *_ in described}
@@ -163,6 +170,14 @@ class _Table:
             q = f"t.{_q(column)}"
             return f"(CASE WHEN isnan({q}) THEN NULL ELSE {q} END)"
         return self.value(column)
+
+    def domain(self, rule: _Rule) -> str:
+        """The rows the rule looks at, as GX has them: not_null every row, the other rules the rows
+        whose value is not missing, compound unique the rows where not all its values are missing
+        (GX's ignore_row_if="all_values_are_missing")."""
+        if rule.type == "expect_column_values_to_not_be_null":
+            return "TRUE"
+        return "NOT (" + " AND ".join(self.missing(c) for c in rule.columns) + ")"
 
     # -- column-map rules: (unexpected condition, parameters), or None when SQL does not translate it --
 
@@ -220,11 +235,7 @@ class _Table:
 
         The count groups by the key; a hash table of 10M keys costs DuckDB ~650 MB, so a large table is
         grouped in passes, each over the keys of one hash partition (the scans are cheap)."""
-        columns = rule.columns
-        if len(columns) == 1:
-            domain = f"NOT {self.missing(columns[0])}"
-        else:  # GX's ignore_row_if="all_values_are_missing"
-            domain = "NOT (" + " AND ".join(self.missing(c) for c in columns) + ")"
+        columns, domain = rule.columns, self.domain(rule)
         keys = [self.key(c) for c in columns]
         passes = max(1, -(-rows // rows_per_pass))
         counted = ", ".join(f"{k} AS _k{i}" for i, k in enumerate(keys))
@@ -243,12 +254,21 @@ class _Table:
         rule.unexpected_count = total
         if first:
             first = sorted(first)[:SAMPLE]
-            rule.sample = self.sample(columns, f"t.rowid IN ({', '.join('?' * len(first))})", first)
+            self.sample(rule, f"t.rowid IN ({', '.join('?' * len(first))})", first)
 
     # -- samples ---------------------------------------------------------------------------------------------
 
-    def sample(self, columns: list[str], where: str, params: list) -> list[str]:
-        """The first failing values in table order, as text, exactly as GX's pandas result lists them."""
+    def sample(self, rule: _Rule, where: str, params: list) -> None:
+        """The rule's first failing values in table order: as text, exactly as GX's pandas result lists
+        them, and as the rows' keys and values with their Python types (6, not "6")."""
+        columns = rule.columns
+        shown = list(dict.fromkeys([c for c in self.primary_key if c in self.types] + columns))
+        rows = self.con.execute(f"SELECT {', '.join(f't.{_q(c)}' for c in shown)} FROM {self.sql_name} AS t "
+                                f"WHERE {where} ORDER BY t.rowid LIMIT {SAMPLE}", params).fetchall()
+        rule.sample_rows = [dict(zip(shown, row)) for row in rows]
+        rule.sample = self._as_gx_text(columns, where, params)
+
+    def _as_gx_text(self, columns: list[str], where: str, params: list) -> list[str]:
         selected = ", ".join(f"t.{_q(c)}" for c in columns)
         frame = self.con.execute(f"SELECT {selected} FROM {self.sql_name} AS t WHERE {where} "
                                  f"ORDER BY t.rowid LIMIT {SAMPLE}", params).df()
@@ -282,16 +302,20 @@ def _evaluate_sql(table: _Table, rules: list[_Rule], rows_per_pass: int) -> list
         else:
             rest.append(rule)
 
-    # one scan counts the rows and every column-map rule's unexpected rows
-    rows, *counts = table.con.execute(
-        f"SELECT {', '.join(['count(*)'] + [f'count(*) FILTER (WHERE {cond})' for _, cond, _ in mapped])} "
-        f"FROM {table.sql_name} AS t", [p for _, _, params in mapped for p in params]).fetchone()
-    for (rule, cond, params), count in zip(mapped, counts):
+    # one scan counts the rows, every column-map rule's unexpected rows, and every rule's domain
+    counted = ([f"count(*) FILTER (WHERE {cond})" for _, cond, _ in mapped] +
+               [f"count(*) FILTER (WHERE {table.domain(rule)})" for rule in [r for r, _, _ in mapped] + unique])
+    rows, *counts = table.con.execute(f"SELECT {', '.join(['count(*)'] + counted)} FROM {table.sql_name} AS t",
+                                      [p for _, _, params in mapped for p in params]).fetchone()
+    unexpected, domains = counts[:len(mapped)], counts[len(mapped):]
+    for (rule, cond, params), count in zip(mapped, unexpected):
         rule.unexpected_count = int(count)
         if count:
-            rule.sample = table.sample(rule.columns, cond, params)
+            table.sample(rule, cond, params)
     for rule in unique:
         table.unique(rule, rows, rows_per_pass)
+    for rule, domain in zip([r for r, _, _ in mapped] + unique, domains):
+        rule.unexpected_percent = rule.unexpected_count / domain * 100 if domain else None
     return rest
 
 
@@ -308,7 +332,12 @@ def _evaluate_with_gx(gx: Any, table: _Table, view: View, rules: list[_Rule]) ->
         pending.remove(rule)
         rule.raised = failure is not None and failure["unexpected_count"] is None
         rule.unexpected_count = 0 if failure is None else failure["unexpected_count"]
+        rule.unexpected_percent = r.result.get("unexpected_percent")
         rule.sample = [] if failure is None else failure["sample"]
+        # GX on pandas lists the failing values alone, not their rows: no keys to show
+        rule.sample_rows = [{rule.columns[0]: getattr(v, "item", lambda v=v: v)()}
+                            for v in (r.result.get("partial_unexpected_list") or [])[:SAMPLE]
+                            if len(rule.columns) == 1]
 
 
 # -- GX on pandas --------------------------------------------------------------------------------------------
@@ -339,6 +368,7 @@ def _gx_failure(table_name: str, r: Any) -> dict:
         "expectation": r.expectation_config.type,
         "kwargs": _kwargs(r.expectation_config),
         "unexpected_count": r.result.get("unexpected_count"),
+        "unexpected_percent": r.result.get("unexpected_percent"),
         "sample": [str(v) for v in (r.result.get("partial_unexpected_list") or [])[:SAMPLE]],
     }
 
@@ -365,15 +395,41 @@ def validate_view_on_pandas(con: duckdb.DuckDBPyConnection, view: View) -> tuple
 
 # -- the check -----------------------------------------------------------------------------------------------
 
-def validate_view(con: duckdb.DuckDBPyConnection, view: View,
-                  rows_per_pass: int = ROWS_PER_PASS) -> tuple[int, list[dict]]:
-    """Evaluate the view's expectations on its tables, in DuckDB.
+@dataclass(frozen=True)
+class ExpectationResult:
+    """One expectation of a view's suite, as GX reports it, with its failing rows' keys."""
 
-    Returns (expectations evaluated, failures), each failure with its table, GX expectation type,
-    kwargs, unexpected_count (None when the rule could not be evaluated) and a sample of up to 5
-    failing values: what `assets.checks.validate_view` returned when GX validated whole tables on pandas."""
+    table: str
+    type: str
+    kwargs: dict
+    success: bool
+    unexpected_count: int | None  # None when the rule could not be evaluated (a column the table lacks)
+    unexpected_percent: float | None
+    sample: list[str]  # GX's partial_unexpected_list, as text
+    sample_rows: list[dict]  # the same rows' primary keys and values, typed
+
+    def failure(self) -> dict:
+        """The JSON a script reads, and GX on pandas gives (`validate_view_on_pandas`)."""
+        return {"table": self.table, "expectation": self.type, "kwargs": self.kwargs,
+                "unexpected_count": self.unexpected_count, "unexpected_percent": self.unexpected_percent,
+                "sample": self.sample}
+
+
+class SuiteResult(NamedTuple):
+    """A view's expectation suite (named after the view), every expectation's result in GX's order."""
+
+    suite: str
+    results: list[ExpectationResult]
+
+    @property
+    def failures(self) -> list[dict]:
+        return [r.failure() for r in self.results if not r.success]
+
+
+def validate_suite(con: duckdb.DuckDBPyConnection, view: View, rows_per_pass: int = ROWS_PER_PASS) -> SuiteResult:
+    """Evaluate the view's expectations on its tables, in DuckDB, as GX would on pandas."""
     gx = functools.cache(_gx)  # imported when a rule needs it
-    evaluated, failures = 0, []
+    results: list[ExpectationResult] = []
     for table in view.tables:
         rules: list[_Rule] = []
         for e in view.expectations:
@@ -386,7 +442,7 @@ def validate_view(con: duckdb.DuckDBPyConnection, view: View,
             rules.append(_Rule(e, rule_type, kwargs, columns))
         if not rules:
             continue
-        sql_table = _Table(con, table.name)
+        sql_table = _Table(con, table.name, table.primary_key)
         rest = _evaluate_sql(sql_table, rules, rows_per_pass)
         if rest:
             _evaluate_with_gx(gx(), sql_table, view, rest)
@@ -395,14 +451,46 @@ def validate_view(con: duckdb.DuckDBPyConnection, view: View,
         groups: dict[str, int] = {}
         for rule in rules:
             groups.setdefault(rule.group, len(groups))
-        evaluated += len(rules)
         for rule in sorted(rules, key=lambda r: (not r.raised, groups[r.group])):  # stable: declared order
-            if rule.raised or rule.unexpected_count:
-                failures.append({
-                    "table": table.name,
-                    "expectation": rule.type,
-                    "kwargs": rule.kwargs,
-                    "unexpected_count": None if rule.raised else rule.unexpected_count,
-                    "sample": [] if rule.raised else rule.sample,
-                })
-    return evaluated, failures
+            failed = rule.raised or bool(rule.unexpected_count)
+            results.append(ExpectationResult(
+                table.name, rule.type, rule.kwargs, not failed, None if rule.raised else rule.unexpected_count,
+                None if rule.raised else rule.unexpected_percent, rule.sample if failed and not rule.raised else [],
+                rule.sample_rows if failed and not rule.raised else []))
+    return SuiteResult(view.name, results)
+
+
+def validate_view(con: duckdb.DuckDBPyConnection, view: View,
+                  rows_per_pass: int = ROWS_PER_PASS) -> tuple[int, list[dict]]:
+    """(expectations evaluated, failures), each failure with its table, GX expectation type, kwargs,
+    unexpected_count (None when the rule could not be evaluated), unexpected_percent and a sample of up
+    to 5 failing values: what `validate_view_on_pandas` returns, evaluated in DuckDB."""
+    suite = validate_suite(con, view, rows_per_pass)
+    return len(suite.results), suite.failures
+
+
+SUITE_HEADER = ("", "expectation", "table.column", "kwargs", "unexpected", "unexpected %", "sample (row keys)")
+
+
+def suite_markdown(suite: SuiteResult) -> str:
+    """The suite as a GX user reads it: a row per expectation, ✓ or ✗, with the failing rows' typed values."""
+    def row(r: ExpectationResult) -> tuple:
+        columns = r.kwargs.get("column_list") or [r.kwargs.get("column")]
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in r.kwargs.items() if k not in ("column", "column_list"))
+        percent = None if r.unexpected_percent is None else f"{r.unexpected_percent:.2f} %"
+        return ("✓" if r.success else "✗", r.type, f"{r.table}.{'+'.join(map(str, columns))}", kwargs or None,
+                "could not be evaluated" if r.unexpected_count is None else r.unexpected_count, percent,
+                "; ".join(_sample_row(found, columns) for found in r.sample_rows) or None)
+    return markdown_table(SUITE_HEADER, [row(r) for r in suite.results], width=600) if suite.results \
+        else "no expectations declared"
+
+
+def _sample_row(found: dict, columns: list[str]) -> str:
+    """A failing row: its failing values, typed (6, -5.00, '6', NULL), then its keys."""
+    values = ", ".join(_typed(found[c]) for c in columns)
+    keys = ", ".join(f"{k}={_typed(v)}" for k, v in found.items() if k not in columns)
+    return f"{values} ({keys})" if keys else values
+
+
+def _typed(value: Any) -> str:
+    return "NULL" if value is None else str(value) if isinstance(value, (Decimal, bool, int, float)) else repr(value)

@@ -1,5 +1,6 @@
-"""What an operator must hear about: error and late rates over thresholds, streams blocked past their
-timers, parked streams, rejected files. The Dagster checks (assets/checks.py) turn these verdicts
+"""What an operator must hear about: reject and late rates over thresholds, any bug in a view's
+handlers, and why (the commonest reasons), streams blocked past their timers, parked streams,
+rejected files. The Dagster checks (assets/checks.py) turn these verdicts
 yellow or red; everything here reads the store only."""
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ class Window(NamedTuple):
     label: str  # "last run" or "last 24 h"
     entries: int
     selected: int
-    handler_error: int
     late: int
+    reject: int  # messages a handler refused (`Reject`), each once however often it was retried
+    bug: int  # messages a handler failed on with any other exception (a bug in the view), each once
 
     def rate(self, outcome: str) -> float:
         return getattr(self, outcome) / self.selected if self.selected else 0.0
@@ -35,34 +37,121 @@ class Verdict(NamedTuple):
     passed: bool
     severity: Severity | None  # None when passed
     description: str
+    window: Window | None  # the window the verdict is about (its reasons are listed); None: nothing to judge
 
 
-# a view's ledger rows of its last run (parameters: the view twice): a pass writes its rows with one commit time
-LAST_RUN = "view = ? AND committed_at = (SELECT max(committed_at) FROM inorder.batches WHERE view = ?)"
+# a view's ledger rows of its last run: a pass writes its rows with one commit time
+LAST_RUN = "view = $view AND committed_at = (SELECT max(committed_at) FROM inorder.batches WHERE view = $view)"
+# the entries of each window: the last run, and the last 24 h of logical time before the view's newest entry
+WINDOW_ENTRIES = {
+    "last run": f"SELECT entry_idx FROM inorder.batches WHERE {LAST_RUN}",
+    "last 24 h": "SELECT entry_idx FROM inorder.batches WHERE view = $view AND received_at > "
+                 "(SELECT max(received_at) FROM inorder.batches WHERE view = $view) - $day::INTERVAL",
+}
+# a handler_error row's class, 'reject' or 'bug' (rows written before classes were logged have none: a
+# Reject is still known by its exception type)
+ERROR_CLASS = "coalesce(e.error_class, CASE WHEN e.exception_type = 'Reject' THEN 'reject' ELSE 'bug' END)"
+_MESSAGES = "count(DISTINCT (e.stream_id, e.seq))"  # a message's retried attempts are one message
+
+
+def _of_class(error_class: str) -> str:
+    return f"{ERROR_CLASS} = '{error_class}'"
+
+
+def _run(con: duckdb.DuckDBPyConnection, sql: str, **params: object) -> duckdb.DuckDBPyConnection:
+    """Run `sql` with the named parameters it uses (DuckDB refuses any it does not)."""
+    return con.execute(sql, {name: value for name, value in params.items() if f"${name}" in sql})
+
+
+def _logged(label: str, kind: str, where: str = "TRUE") -> str:
+    """The view's error rows of `kind` logged by the entries of the window `label`."""
+    return (f"FROM inorder.errors e WHERE e.view = $view AND e.kind = '{kind}' AND {where} "
+            f"AND e.entry_idx IN ({WINDOW_ENTRIES[label]})")
 
 
 def recent_windows(con: duckdb.DuckDBPyConnection, view: str) -> list[Window]:
-    """The view's last run (the entries of its newest commit: a pass writes its ledger rows with one
-    commit time) and the last 24 h of logical time before its newest entry."""
-    sums = "count(*), coalesce(sum(selected), 0), coalesce(sum(handler_error), 0), coalesce(sum(late), 0)"
-    last = con.execute(f"SELECT {sums} FROM inorder.batches WHERE {LAST_RUN}", [view, view]).fetchone()
-    day = con.execute(f"SELECT {sums} FROM inorder.batches WHERE view = ? AND received_at > "
-                      "(SELECT max(received_at) FROM inorder.batches WHERE view = ?) - ?::INTERVAL",
-                      [view, view, DAY]).fetchone()
-    return [Window("last run", *map(int, last)), Window("last 24 h", *map(int, day))]
+    """The view's last run (the entries of its newest commit) and the last 24 h of logical time before
+    its newest entry. Rejects and bugs come from the error log, by message: a parked message's failed
+    attempts are one message, and a bug that parked its stream counts although it moved no watermark."""
+    windows = []
+    for label, entries in WINDOW_ENTRIES.items():
+        reject, bug = (f"(SELECT {_MESSAGES} {_logged(label, 'handler_error', _of_class(error_class))})"
+                       for error_class in ("reject", "bug"))
+        windows.append(Window(label, *map(int, _run(
+            con, f"SELECT count(*), coalesce(sum(selected), 0), coalesce(sum(late), 0), {reject}, {bug} "
+                 f"FROM inorder.batches WHERE view = $view AND entry_idx IN ({entries})",
+            view=view, day=DAY).fetchone())))
+    return windows
 
 
-def judge_rate(outcome: str, windows: list[Window], thresholds: Thresholds) -> Verdict:
-    """ERROR when a window's rate is above `thresholds.error`, WARN above `thresholds.warn`."""
-    worst = max(windows, key=lambda w: w.rate(outcome))
+def judge_rate(outcome: str, windows: list[Window], thresholds: Thresholds, min_selected: int) -> Verdict:
+    """ERROR when a window's rate is above `thresholds.error`, WARN above `thresholds.warn`; a window of
+    fewer than `min_selected` selected messages is too small a sample to judge."""
+    judged = [w for w in windows if w.selected >= min_selected]
+    if not judged:
+        most = max(w.selected for w in windows)
+        return Verdict(True, None, f"{most} selected messages at most in a window: fewer than the "
+                                   f"{min_selected} (`alerts.min_selected`) a rate is judged on", None)
+    worst = max(judged, key=lambda w: w.rate(outcome))
     rate = worst.rate(outcome)
     said = (f"{outcome} rate {rate:.2%} in the {worst.label} ({getattr(worst, outcome)} of {worst.selected} "
             f"selected); warn above {thresholds.warn:.2%}, fail above {thresholds.error:.2%}")
     if rate > thresholds.error:
-        return Verdict(False, "ERROR", said)
+        return Verdict(False, "ERROR", said, worst)
     if rate > thresholds.warn:
-        return Verdict(False, "WARN", said)
-    return Verdict(True, None, said)
+        return Verdict(False, "WARN", said, worst)
+    return Verdict(True, None, said, worst)
+
+
+def judge_bugs(windows: list[Window]) -> Verdict:
+    """ERROR on any bug: unlike a refusal, a bug is never expected, whatever the sample."""
+    worst = max(windows, key=lambda w: w.bug)
+    if worst.bug:
+        return Verdict(False, "ERROR", f"{worst.bug} messages failed on a bug in the view's handlers in the "
+                                       f"{worst.label} ({worst.selected} selected)", worst)
+    return Verdict(True, None, "no handler failed on a bug in the last 24 h", worst)
+
+
+class Reason(NamedTuple):
+    """Why messages ended as errors of one kind: one reason, how many, and where to look first."""
+
+    reason: str
+    messages: int
+    streams: int
+    example: str  # a stream and seq it happened to
+
+
+REASON_HEADER = ("reason", "messages", "streams", "e.g.")
+
+# what each kind of error row says about why: a handler's exception, or the skipped gap a late message missed
+_REASON = {
+    "reject": "e.message",
+    "bug": "e.exception_type || ': ' || e.message",
+    "late": "coalesce((SELECT 'its gap was skipped (' || g.reason || ')' FROM inorder.gaps g WHERE g.view = e.view "
+            "AND g.stream_id = e.stream_id AND e.seq BETWEEN g.first_missing AND g.last_missing LIMIT 1), e.reason)",
+}
+
+
+def top_reasons(con: duckdb.DuckDBPyConnection, view: str, outcome: str, window: Window,
+                limit: int = 5) -> list[Reason]:
+    """The commonest reasons behind `outcome` (reject, bug or late) in the window, commonest first."""
+    kind, where = ("late", "TRUE") if outcome == "late" else ("handler_error", _of_class(outcome))
+    rows = _run(
+        con, f"SELECT {_REASON[outcome]} AS why, {_MESSAGES} AS messages, count(DISTINCT e.stream_id), "
+             f"min(e.stream_id || ' seq ' || e.seq) {_logged(window.label, kind, where)} "
+             "GROUP BY why ORDER BY messages DESC, why LIMIT $limit", view=view, day=DAY, limit=limit).fetchall()
+    return [Reason(*row) for row in rows]
+
+
+def parked_reasons(con: duckdb.DuckDBPyConnection, view: str, limit: int = 5) -> list[Reason]:
+    """Why the view's parked streams are parked: the exceptions their parked messages raised, commonest first."""
+    rows = con.execute(
+        f"SELECT {_REASON['bug']} AS why, {_MESSAGES} AS messages, count(DISTINCT e.stream_id), "
+        "min(e.stream_id || ' seq ' || e.seq) FROM inorder.watermarks w JOIN inorder.errors e ON e.view = w.view "
+        "AND e.stream_id = w.stream_id AND e.seq = w.last_seq + 1 AND e.kind = 'handler_error' "
+        "WHERE w.view = $view AND w.parked GROUP BY why ORDER BY messages DESC, why LIMIT $limit",
+        {"view": view, "limit": limit}).fetchall()
+    return [Reason(*row) for row in rows]
 
 
 class OverdueStream(NamedTuple):
@@ -160,7 +249,7 @@ def _event_time_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> f
     """From the batches of the view's last run: the newest occurred_at among the messages its walked
     streams ended on (each stream's message at last_seq), against the run's logical time."""
     last_run = con.execute(
-        f"SELECT entry_idx, kind, received_at FROM inorder.batches WHERE {LAST_RUN}", [view.name, view.name]).fetchall()
+        f"SELECT entry_idx, kind, received_at FROM inorder.batches WHERE {LAST_RUN}", {"view": view.name}).fetchall()
     files = [str(archive_path(home, e)) for e, kind, _ in last_run if kind == "batch"
              and archive_path(home, e).exists()]
     if not files:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import duckdb
 
 from pipelines.layout import Layout
+from pipelines.markdown import markdown_table
 from pipelines.publish import Position
 from pipelines.select import describe_unrouted, subscribed_types, unrouted
 from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
@@ -170,19 +171,10 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    def cell(value: object) -> str:
-        return "-" if value is None else str(value).replace("|", "\\|").replace("\n", " ")[:120]
-
-    lines = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}"]
-    lines += [f"| {' | '.join(cell(v) for v in row)} |" for row in rows]
-    return "\n".join(lines)
-
-
 def newest_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, limit: int = 10) -> str:
     """A markdown table of the newest error rows (of one view, or of all)."""
     errors = read_errors(con, view=view, limit=limit).newest
-    return _markdown_table(ERROR_HEADER, [e.cells() for e in errors]) if errors else "no errors"
+    return markdown_table(ERROR_HEADER, [e.cells() for e in errors]) if errors else "no errors"
 
 
 class BlockedStream(NamedTuple):
@@ -235,7 +227,7 @@ def blocked_streams_markdown(blocked: BlockedStreams) -> str:
     if not blocked.total:
         return "no blocked streams"
     more = blocked.total - len(blocked.oldest)
-    return (_markdown_table(BLOCKED_HEADER, [s.cells() for s in blocked.oldest])
+    return (markdown_table(BLOCKED_HEADER, [s.cells() for s in blocked.oldest])
             + (f"\n\n… and {more} more (`inorder pending`)" if more > 0 else ""))
 
 

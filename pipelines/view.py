@@ -394,17 +394,22 @@ class Thresholds(NamedTuple):
 
 @dataclass(frozen=True)
 class Alerts:
-    """When a view's checks turn yellow or red: the share of selected messages that were handler
-    errors, and that arrived late, in the last run and over the last 24 h of logical time."""
+    """When a view's checks turn yellow or red: the share of selected messages its handlers refused
+    (`Reject`), and that arrived late, in the last run and over the last 24 h of logical time. A rate
+    judged on fewer than `min_selected` selected messages never fails: on a small sample one refusal
+    is a large share. Bugs (any other exception) have no threshold: one fails the `no_handler_bugs` check."""
 
-    handler_error_rate: Thresholds = Thresholds(0.01, 0.05)
+    reject_rate: Thresholds = Thresholds(0.01, 0.05)
     late_rate: Thresholds = Thresholds(0.01, 0.05)
+    min_selected: int = 100
 
     def __post_init__(self) -> None:
-        for name in ("handler_error_rate", "late_rate"):
+        for name in ("reject_rate", "late_rate"):
             warn, error = getattr(self, name)
             if not 0 <= warn <= error <= 1:
                 raise ValueError(f"alerts.{name}: need 0 <= warn <= error <= 1, got {warn}, {error}")
+        if self.min_selected < 1:
+            raise ValueError(f"alerts.min_selected: need at least 1, got {self.min_selected}")
 
 
 class KeyedTable(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from assets.partitions import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
 from assets.views import projections
 from inorder.definitions import defs
 from pipelines.run import ingest_batch
+from pipelines.expectations import SUITE_HEADER
 from pipelines.status import read_status
 from pipelines.store import Home, Store
 from resources import FoldersResource, ReadStoreResource, SparkResource
@@ -23,6 +25,7 @@ from tests.conservation import store_violations
 from tests.harness import across_passes, assert_same_store, read_store
 from tests.reference_model import Entry, run_model
 from pipelines.registry import view_named
+from pipelines.view import Alerts, Thresholds, View
 from tests.domains import BANK_VIEWS
 from views.bank_generator import GeneratorConfig, generate
 
@@ -35,7 +38,7 @@ def resources_for(home: Home) -> dict:
 
 
 VIEW_CHECKS = ("expectations", "conservation", "watermarks_never_move_back", "keys_unique", "published",
-               "handler_error_rate", "late_rate", "no_overdue_blocked_streams", "no_parked_streams")
+               "reject_rate", "late_rate", "no_handler_bugs", "no_overdue_blocked_streams", "no_parked_streams")
 
 
 def test_asset_graph_has_the_expected_keys_and_checks():
@@ -160,17 +163,25 @@ def projected_home(spark, tmp_path) -> Home:
     return home
 
 
-def _run_check(home: Home, view: str, name: str) -> dg.AssetCheckResult:
-    checks = _checks_for(view_named(BANK_VIEWS, view))
+def _run_check(home: Home, view: str | View, name: str) -> dg.AssetCheckResult:
+    view = view if isinstance(view, View) else view_named(BANK_VIEWS, view)
+    checks = _checks_for(view)
     result = dg.materialize([projections, checks], selection=dg.AssetSelection.checks(dg.AssetCheckKey(
-                                dg.AssetKey(view), name)),
+                                dg.AssetKey(view.name), name)),
                             resources=resources_for(home), raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
     return evaluation
 
 
 def test_expectations_check_fails_on_a_broken_view_table(projected_home):
-    assert _run_check(projected_home, "accounts", "expectations").passed
+    passed = _run_check(projected_home, "accounts", "expectations")
+    assert passed.passed and passed.metadata["suite"].value == "accounts"
+    accounts = view_named(BANK_VIEWS, "accounts")
+    # the suite as a GX user reads it: a row per expectation, every one ✓
+    table = passed.metadata["results"].value.splitlines()
+    assert table[0] == "| " + " | ".join(SUITE_HEADER) + " |" and len(table) == 2 + len(accounts.expectations)
+    assert all(row.startswith("| ✓ | expect_") for row in table[2:])
+    assert "| ✓ | expect_column_values_to_be_between | accounts.balance | min_value=0.0 | 0 | 0.00 % | - |" in table
     con = duckdb.connect(str(projected_home.database))
     con.execute("UPDATE accounts SET balance = -5 WHERE account_id = (SELECT min(account_id) FROM accounts)")
     con.close()
@@ -178,7 +189,14 @@ def test_expectations_check_fails_on_a_broken_view_table(projected_home):
     assert not failed.passed
     failures = failed.metadata["failures"].value
     assert [f["expectation"] for f in failures] == ["expect_column_values_to_be_between"]
-    assert failures[0]["unexpected_count"] == 1 and failures[0]["sample"] == ["-5.0"]
+    assert failures[0]["unexpected_count"] == 1 and failures[0]["sample"] == ["-5.0"]  # the JSON, for scripts
+    # the table: ✗, how many of how many, and the failing value typed (-5.00, not "-5.0") with its row's key
+    con = duckdb.connect(str(projected_home.database), read_only=True)
+    (account, total), = con.execute("SELECT min(account_id), count(*) FROM accounts").fetchall()
+    con.close()
+    assert (f"| ✗ | expect_column_values_to_be_between | accounts.balance | min_value=0.0 | 1 | {100 / total:.2f} % "
+            f"| -5.00 (account_id='{account}') |") in failed.metadata["results"].value.splitlines()
+    assert failed.description == f"1 of {len(accounts.expectations)} expectations of suite accounts failed"
 
 
 def test_keys_unique_check_fails_when_a_key_occurs_twice(projected_home):
@@ -194,6 +212,104 @@ def test_keys_unique_check_fails_when_a_key_occurs_twice(projected_home):
     assert not failed.passed
     assert (failed.metadata["duplicated_watermarks"].value, failed.metadata["duplicated_accounts"].value,
             failed.metadata["duplicated_pending"].value) == (1, 1, 0)
+
+
+def _log_handler_errors(home: Home, view: str, error_class: str, exception: str, message: str, count: int) -> int:
+    """Log `count` handler errors of one class on distinct messages of the view's last run, as the apply
+    step does; returns how many messages that run selected."""
+    con = duckdb.connect(str(home.database))
+    entry, selected, stream = con.execute(
+        "SELECT b.entry_idx, (SELECT sum(selected) FROM inorder.batches WHERE view = $view AND committed_at = "
+        "b.committed_at), (SELECT min(stream_id) FROM inorder.watermarks WHERE view = $view) FROM inorder.batches b "
+        "WHERE b.view = $view ORDER BY b.committed_at DESC, b.entry_idx LIMIT 1", {"view": view}).fetchone()
+    for seq in range(count):
+        con.execute("INSERT INTO inorder.errors (view, stream_id, seq, kind, exception_type, message, error_class, "
+                    "entry_idx, attempt) VALUES (?, ?, ?, 'handler_error', ?, ?, ?, ?, 1)",
+                    [view, stream, 10_000 + seq, exception, message, error_class, entry])
+    con.close()
+    return selected
+
+
+def test_a_reject_rate_over_its_threshold_says_why_and_what_to_run_next(projected_home):
+    activity = view_named(BANK_VIEWS, "account_activity")
+    selected = _log_handler_errors(projected_home, "account_activity", "reject", "Reject", "insufficient funds",
+                                   count=30)
+    assert selected >= activity.alerts.min_selected and 30 / selected > activity.alerts.reject_rate.error
+    failed = _run_check(projected_home, activity, "reject_rate")
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+    assert failed.metadata["next_command"].value == "inorder errors --view account_activity --kind handler_error"
+    reasons = failed.metadata["top_reasons"].value.splitlines()
+    assert reasons[0] == "| reason | messages | streams | e.g. |"
+    assert reasons[2].startswith("| insufficient funds | 30 | 1 | ")  # the commonest first
+    # refusals are not bugs: the bug check stays green
+    assert _run_check(projected_home, activity, "no_handler_bugs").passed
+
+
+def test_a_reject_rate_is_not_judged_below_its_minimum_sample(projected_home):
+    selected = _log_handler_errors(projected_home, "accounts", "reject", "Reject", "insufficient funds",
+                                   count=30)
+    few = replace(view_named(BANK_VIEWS, "accounts"), alerts=Alerts(min_selected=selected * 10))
+    not_judged = _run_check(projected_home, few, "reject_rate")
+    assert not_judged.passed and "top_reasons" not in not_judged.metadata
+    assert f"fewer than the {selected * 10} (`alerts.min_selected`)" in not_judged.description
+    # the same rate on a sample that is large enough fails
+    assert not _run_check(projected_home, replace(few, alerts=Alerts(min_selected=selected)), "reject_rate").passed
+
+
+def test_one_bug_fails_whatever_the_reject_thresholds(projected_home):
+    lenient = replace(view_named(BANK_VIEWS, "accounts"),
+                      alerts=Alerts(reject_rate=Thresholds(0.9, 1.0), min_selected=1_000_000))
+    assert _run_check(projected_home, lenient, "no_handler_bugs").passed
+    _log_handler_errors(projected_home, "accounts", "bug", "ZeroDivisionError", "division by zero", count=1)
+    failed = _run_check(projected_home, lenient, "no_handler_bugs")
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+    assert failed.metadata["last_run/bug"].value == 1
+    assert "| ZeroDivisionError: division by zero | 1 | 1 | " in failed.metadata["top_reasons"].value
+    assert failed.metadata["next_command"].value == ("inorder errors --view accounts --kind handler_error "
+                                                     "(fix the view, then: inorder retry --view accounts --all)")
+    assert _run_check(projected_home, lenient, "reject_rate").passed  # a bug is no refusal
+
+
+def test_a_parked_stream_warns_with_the_exceptions_that_parked_it_and_what_to_run(projected_home):
+    assert _run_check(projected_home, "accounts", "no_parked_streams").passed
+    con = duckdb.connect(str(projected_home.database))
+    stream, seq, entry = con.execute(
+        "UPDATE inorder.watermarks SET parked = true WHERE view = 'accounts' AND stream_id = (SELECT min(stream_id) "
+        "FROM inorder.watermarks WHERE view = 'accounts') RETURNING stream_id, last_seq + 1, updated_entry").fetchone()
+    for attempt in (1, 2):  # a retried message is one message
+        con.execute("INSERT INTO inorder.errors (view, stream_id, seq, kind, exception_type, message, error_class, "
+                    "entry_idx, attempt) VALUES ('accounts', ?, ?, 'handler_error', 'KeyError', 'owner', 'bug', ?, ?)",
+                    [stream, seq, entry, attempt])
+    con.close()
+    warned = _run_check(projected_home, "accounts", "no_parked_streams")
+    assert not warned.passed and warned.severity == dg.AssetCheckSeverity.WARN
+    assert f"| KeyError: owner | 1 | 1 | {stream} seq {seq} |" in warned.metadata["top_reasons"].value
+    assert warned.metadata["next_command"].value == ("inorder pending --view accounts "
+                                                     "(fix the view, then: inorder retry --view accounts --all)")
+
+
+def test_an_overdue_blocked_stream_names_the_command_that_lists_it(projected_home):
+    overdue = _run_check(projected_home, "accounts", "no_overdue_blocked_streams")
+    assert overdue.metadata["overdue_streams"].value > 0  # a gap's timer, at T0, is long past by the wall clock
+    assert not overdue.passed and overdue.metadata["next_command"].value == "inorder pending --view accounts"
+    assert "`inorder pending --view accounts` lists them" in overdue.description
+
+
+def test_a_late_rate_over_its_threshold_names_the_skipped_gaps_and_what_to_run(projected_home):
+    con = duckdb.connect(str(projected_home.database))
+    (entry, stream), = con.execute(
+        "SELECT max(entry_idx), (SELECT min(stream_id) FROM inorder.watermarks WHERE view = 'accounts') "
+        "FROM inorder.batches WHERE view = 'accounts'").fetchall()
+    con.execute("UPDATE inorder.batches SET late = 60 WHERE view = 'accounts' AND entry_idx = ?", [entry])
+    con.execute("INSERT INTO inorder.gaps (view, stream_id, first_missing, last_missing, waited_seconds, reason, "
+                "entry_idx) VALUES ('accounts', ?, 1000, 1100, 600, 'capacity', ?)", [stream, entry])
+    for seq in range(1000, 1060):
+        con.execute("INSERT INTO inorder.errors (view, stream_id, seq, kind, reason, entry_idx) "
+                    "VALUES ('accounts', ?, ?, 'late', 'seq arrived after its gap was skipped', ?)", [stream, seq, entry])
+    con.close()
+    failed = _run_check(projected_home, "accounts", "late_rate")
+    assert not failed.passed and failed.metadata["next_command"].value == "inorder errors --view accounts --kind late"
+    assert f"| its gap was skipped (capacity) | 60 | 1 | {stream} seq 1000 |" in failed.metadata["top_reasons"].value
 
 
 def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected_home):

@@ -1,22 +1,20 @@
 """`pipelines.expectations.validate_view` (the views' expectations evaluated in DuckDB SQL) against
-what the `expectations` check ran before: GX 1.x validating each whole table on pandas, i.e.
-`assets.checks.validate_view` (while the check still has its own) and its port on a connection,
+what the `expectations` check ran before: GX 1.x validating each whole table on pandas,
 `pipelines.expectations.validate_view_on_pandas`. On small tables with known violations of every rule,
-on the repository's own views and on random tables, all must return the same thing: expectations
-evaluated, and the same failures in the same order with the same kwargs, unexpected_count and sample."""
+on the repository's own views and on random tables, both must return the same thing: expectations
+evaluated, and the same failures in the same order with the same kwargs, unexpected_count,
+unexpected_percent and sample."""
 
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import assets.checks
-from pipelines.expectations import validate_view, validate_view_on_pandas
+from pipelines.expectations import SUITE_HEADER, suite_markdown, validate_suite, validate_view, validate_view_on_pandas
 from pipelines.registry import load_views
 from pipelines.view import Expectation, Table, View, between, in_set, not_null, unique
 
@@ -57,15 +55,8 @@ def _table(name: str, columns: dict[str, str]) -> Table:
     return Table(name, {"k": "VARCHAR", **columns}, ("k",), kind="keyed", stream_key="k")
 
 
-# the check's own GX-on-pandas function, as long as it has one (not once it calls pipelines.expectations)
-CHECK_ON_PANDAS = assets.checks.validate_view if assets.checks.validate_view.__module__ == "assets.checks" else None
-
-
 def reference_validate_view(con: duckdb.DuckDBPyConnection, view: View) -> tuple:
-    expected = validate_view_on_pandas(con, view)
-    if CHECK_ON_PANDAS is not None:
-        assert CHECK_ON_PANDAS(SimpleNamespace(con=con), view) == expected
-    return expected
+    return validate_view_on_pandas(con, view)
 
 
 def _both(con: duckdb.DuckDBPyConnection, view: View) -> tuple:
@@ -98,7 +89,7 @@ def test_unique_single_columns():
     result = _both(con, _view({"t": COLUMNS}, [unique("t", c) for c in COLUMNS]))
     assert _failure(result, "expect_column_values_to_be_unique", column="id") == {
         "table": "t", "expectation": "expect_column_values_to_be_unique", "kwargs": {"column": "id"},
-        "unexpected_count": 2, "sample": ["a", "a"]}
+        "unexpected_count": 2, "unexpected_percent": 2 / 6 * 100, "sample": ["a", "a"]}
     assert _failure(result, "expect_column_values_to_be_unique", column="pos")["unexpected_count"] == 3
     assert _failure(result, "expect_column_values_to_be_unique", column="amt")["sample"] == ["1.5", "1.5"]
 
@@ -137,7 +128,7 @@ def test_between_with_min_max_both_and_strict_bounds():
     assert _failure(result, "expect_column_values_to_be_between", column="pos", min_value=1.0, max_value=3.0) == {
         "table": "t", "expectation": "expect_column_values_to_be_between",
         "kwargs": {"column": "pos", "min_value": 1.0, "max_value": 3.0}, "unexpected_count": 3,
-        "sample": ["0", "5", "9"]}
+        "unexpected_percent": 3 / 7 * 100, "sample": ["0", "5", "9"]}
     assert _failure(result, "expect_column_values_to_be_between", column="amt", min_value=0.01)["sample"] == [
         "-1.5", "0.0"]
     assert _failure(result, "expect_column_values_to_be_between", column="x")["unexpected_count"] == 1  # -0.0 is in
@@ -171,7 +162,8 @@ def test_in_set_on_strings_integers_decimals_and_booleans():
     ]))
     assert _failure(result, "expect_column_values_to_be_in_set", column="st") == {
         "table": "t", "expectation": "expect_column_values_to_be_in_set",
-        "kwargs": {"column": "st", "value_set": ["open", "closed"]}, "unexpected_count": 1, "sample": ["bad"]}
+        "kwargs": {"column": "st", "value_set": ["open", "closed"]}, "unexpected_count": 1,
+        "unexpected_percent": 1 / 6 * 100, "sample": ["bad"]}
     assert _failure(result, "expect_column_values_to_be_in_set", column="id")["unexpected_count"] == 6
 
 
@@ -354,3 +346,25 @@ def test_rules_configured_without_gx_are_configured_as_gx_does(e):
     assert declared == (config.type, dict(config.kwargs))
     assert [type(v) for v in declared[1].values()] == [type(v) for v in config.kwargs.values()]
     assert [type(v) for v in declared[1].get("value_set", [])] == [type(v) for v in config.kwargs.get("value_set", [])]
+
+
+def test_the_suite_reads_as_gx_results_a_row_per_expectation_with_typed_samples_and_their_keys():
+    columns = {"k": "VARCHAR", "pos": "BIGINT", "amt": "DECIMAL(18,2)", "st": "VARCHAR"}
+    rows = [("r1", 6, "1.50", "open"), ("r2", 1, "-5.00", "6"), ("r3", 2, "2.00", "open"), ("r4", 6, "3.00", None)]
+    con = _connection(columns, rows)
+    view = _view({"t": columns}, [between("t", "pos", max_value=5), between("t", "amt", min_value=0),
+                                  in_set("t", "st", ("open",)), unique("t", "pos"), not_null("t", "st")[0],
+                                  unique("t", "k"), in_set("t", "pos", (1, "2"))])
+    suite = validate_suite(con, view)
+    assert suite.suite == "v" and suite.failures == validate_view(con, view)[1]
+    table = suite_markdown(suite).splitlines()
+    assert table[0] == "| " + " | ".join(SUITE_HEADER) + " |" and len(table) == 2 + 7
+    # the integer 6 is 6 and the text "6" is '6', each with the key of its row
+    assert "| ✗ | expect_column_values_to_be_between | t.pos | max_value=5.0 | 2 | 50.00 % | 6 (k='r1'); 6 (k='r4') |" \
+        in table
+    assert "| ✗ | expect_column_values_to_be_in_set | t.st | value_set=['open'] | 1 | 33.33 % | '6' (k='r2') |" in table
+    assert "| ✗ | expect_column_values_to_be_between | t.amt | min_value=0.0 | 1 | 25.00 % | -5.00 (k='r2') |" in table
+    assert "| ✓ | expect_column_values_to_be_unique | t.k | - | 0 | 0.00 % | - |" in table
+    assert "| ✗ | expect_column_values_to_not_be_null | t.st | - | 1 | 25.00 % | NULL (k='r4') |" in table
+    # a rule GX evaluates itself on pandas (a set of mixed types) lists its values alone: GX gives no rows
+    assert "| ✗ | expect_column_values_to_be_in_set | t.pos | value_set=[1, '2'] | 3 | 75.00 % | 6; 2; 6 |" in table

@@ -162,10 +162,11 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
     assert eval(keys) == ["errors", "event_batches", "gaps", "helpdesk"]
     assert eval(checks) == [("event_batches", "no_new_rejected_files"), ("event_batches", "no_unrouted_records"),
                             ("helpdesk", "conservation"),
-                            ("helpdesk", "expectations"), ("helpdesk", "handler_error_rate"), ("helpdesk", "keys_unique"),
-                            ("helpdesk", "late_rate"),
+                            ("helpdesk", "expectations"), ("helpdesk", "keys_unique"), ("helpdesk", "late_rate"),
+                            ("helpdesk", "no_handler_bugs"),
                             ("helpdesk", "no_overdue_blocked_streams"), ("helpdesk", "no_parked_streams"),
-                            ("helpdesk", "published"), ("helpdesk", "watermarks_never_move_back")]
+                            ("helpdesk", "published"), ("helpdesk", "reject_rate"),
+                            ("helpdesk", "watermarks_never_move_back")]
 
 
 @pytest.mark.parametrize("declaration, refusal", [
@@ -186,6 +187,8 @@ def test_alert_thresholds_and_column_descriptions_are_checked():
     from pipelines.view import Alerts, Table, Thresholds
 
     with pytest.raises(ValueError, match="need 0 <= warn <= error <= 1"):
-        Alerts(handler_error_rate=Thresholds(0.5, 0.1))
+        Alerts(reject_rate=Thresholds(0.5, 0.1))
+    with pytest.raises(ValueError, match="min_selected: need at least 1"):
+        Alerts(min_selected=0)
     with pytest.raises(ValueError, match=re.escape("descriptions of unknown columns ['nope']")):
         Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k", descriptions={"nope": "?"})

@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from pipelines.view import Event, Reject, Table, View, between, in_set, not_null, unique
+from pipelines.view import Alerts, Event, Reject, Table, Thresholds, View, between, in_set, not_null, unique
+from views.bank_generator import LATE_BY_DESIGN
 from views.money import amount_of
 
 ACCOUNTS = Table(
@@ -90,6 +91,10 @@ VIEW = View(
     owners=("team:payments",),
     tags={"domain": "bank", "tier": "gold"},
     fresh_within=timedelta(minutes=30),
+    # refusals are this view's business: a stream whose AccountOpened was lost refuses every later message
+    # ("account not open"), a lost or late deposit makes withdrawals "insufficient funds". By the demo's
+    # design that is 3 % of a day's messages and 15 % of the run that brings its late batch.
+    alerts=Alerts(reject_rate=Thresholds(warn=0.20, error=0.30), late_rate=LATE_BY_DESIGN),
     handlers={
         "AccountOpened": account_opened,
         "Deposited": deposited,

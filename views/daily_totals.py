@@ -5,7 +5,8 @@ An aggregate table: handlers only add increments, so the order between streams n
 
 from __future__ import annotations
 
-from pipelines.view import Event, Table, View, between, not_null, unique
+from pipelines.view import Alerts, Event, Table, View, between, not_null, unique
+from views.bank_generator import LATE_BY_DESIGN
 from views.money import amount_of, utc_day
 
 DAILY_TOTALS = Table(
@@ -44,6 +45,8 @@ VIEW = View(
     tables=(DAILY_TOTALS,),
     subscribes=("account",),
     handlers={"Deposited": deposited, "Withdrawn": withdrawn},
+    # its refusals are the demo's poison (bad amounts and dates, 0.4 %): the default thresholds fit
+    alerts=Alerts(late_rate=LATE_BY_DESIGN),
     expectations=(
         *not_null("daily_totals", "day", "deposits", "withdrawals", "deposit_count", "withdrawal_count"),
         unique("daily_totals", "day"),
