@@ -192,3 +192,11 @@ def test_alert_thresholds_and_column_descriptions_are_checked():
         Alerts(min_selected=0)
     with pytest.raises(ValueError, match=re.escape("descriptions of unknown columns ['nope']")):
         Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k", descriptions={"nope": "?"})
+
+
+def test_a_view_written_with_the_old_alert_name_still_loads_and_is_told_the_new_one():
+    from pipelines.view import Alerts, Thresholds
+
+    with pytest.warns(DeprecationWarning, match=r"Alerts\(reject_rate=…\)"):
+        old = Alerts(handler_error_rate=(0.2, 0.3))
+    assert old == Alerts(reject_rate=Thresholds(0.2, 0.3)) and old.reject_rate == Thresholds(0.2, 0.3)
