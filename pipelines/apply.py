@@ -193,6 +193,7 @@ class StreamApplier:
             else:
                 members[table.name] = AggregateIncrements(table, aggregate_sums.setdefault(table.name, {}),
                                                           self.journal)
+        self.members = members  # table name -> its handle
         self.tables = Tables(members)
 
     def apply(self, event: Event) -> tuple[str, BaseException | None]:

@@ -196,10 +196,12 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
     out.watermarks.append(WatermarkRecord(name, stream_id, last_entry, state.stream_type, state.last_seq,
                                           state.blocked_at, state.blocked_since_us, state.parked, len(pending),
                                           state.attempts))
-    out.pending.extend(PendingRecord(name, stream_id, msg) for msg in sorted(pending.values()))
-    crash_point("order.stream_walked")
+    if pending:
+        out.pending.extend(PendingRecord(name, stream_id, msg) for msg in sorted(pending.values()))
+    if faults.ARMED:
+        crash_point("order.stream_walked")
     for table in view.tables:
-        member = applier.tables[table.name]
+        member = applier.members[table.name]
         if table.kind == "keyed":
             out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, list(member.rows.values())))
         elif table.kind == "append" and member.appended:

@@ -240,20 +240,22 @@ def _state_sql(view: View, layout: Layout) -> str:
 
 def _decode_state(view: View, row: dict, first_seq: int) -> StreamState:
     """A STATE input row (its blocked_since in microseconds) as the walk starts from it."""
-    watermark = {} if row["last_seq"] is None else {
-        "stream_type": row["stream_type"], "last_seq": row["last_seq"], "blocked_at": row["blocked_at"],
-        "blocked_since_us": row["blocked_since"], "parked": row["parked"], "attempts": row["attempts"]}
-    skipped = [(r["first_missing"], r["last_missing"]) for r in row["skipped"] or ()]
-    state = StreamState.loaded(watermark, skipped, first_seq)
+    if row["last_seq"] is None:  # rows but no watermark
+        state = StreamState(last_seq=first_seq - 1)
+    else:
+        state = StreamState(row["stream_type"], row["last_seq"], row["blocked_at"], row["blocked_since"],
+                            bool(row["parked"]), row["attempts"] or 0)
+    state.skipped = [(r["first_missing"], r["last_missing"]) for r in row["skipped"] or ()]
     for table in view.tables:
         stored = row.get(row_column(view.name, table.name))
         if stored is None:
             continue
         utc = table.utc_columns
-        for r in stored if table.kind == "keyed" else (stored,):
-            for column in utc:
-                if r[column] is not None:
-                    r[column] = r[column].astimezone(timezone.utc)
+        if utc:
+            for r in stored if table.kind == "keyed" else (stored,):
+                for column in utc:
+                    if r[column] is not None:
+                        r[column] = r[column].astimezone(timezone.utc)
         if table.kind == "keyed":
             state.keyed_rows[table.name] = stored
         else:

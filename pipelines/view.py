@@ -545,7 +545,7 @@ class View:
 
         return register
 
-    @property
+    @cached_property
     def gap_timeout_us(self) -> int:
         """`gap_timeout` in the microseconds logical times are kept in (the walk and the pass's
         choice of due buffers must agree on it to the microsecond)."""
