@@ -64,7 +64,7 @@ def main() -> None:
             if stage_id in before:
                 continue
             print(f"stage {stage_id}: {stage['numTasks']} tasks, {seconds(stage)} s, executor run "
-                  f"{stage['executorRunTime'] / 1000:.1f} s (JVM CPU {stage['executorCpuTime'] / 1e9:.1f} s), "
+                  f"{stage['executorRunTime'] / 1000:.1f} s (JVM CPU {stage['executorCpuTime'] / 1e9:.1f} s, GC {stage['jvmGcTime'] / 1000:.1f} s), "
                   f"shuffle write {stage['shuffleWriteBytes'] / 2**20:.0f} MiB, read "
                   f"{stage['shuffleReadBytes'] / 2**20:.0f} MiB, output {stage['outputBytes'] / 2**20:.0f} MiB")
     finally:
