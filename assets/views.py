@@ -66,16 +66,19 @@ def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], 
         "total/streams": dg.MetadataValue.int(status.streams),
         "total/blocked_streams": dg.MetadataValue.int(status.blocked_streams),
         "total/parked_streams": dg.MetadataValue.int(status.parked_streams),
+        "total/rejects": dg.MetadataValue.int(status.rejects),
+        "total/bugs": dg.MetadataValue.int(status.bugs),
         "total/oldest_wait_seconds": dg.MetadataValue.float(status.oldest_wait_seconds or 0.0),
-        "total/rows": dg.MetadataValue.int(status.rows),
         "lag/entries": dg.MetadataValue.int(lag.entries_behind),
         "conserved": dg.MetadataValue.bool(status.conserved),
         "last_batch": dg.MetadataValue.text(status.last_batch or "-"),
-        "dagster/row_count": dg.MetadataValue.int(status.rows),
         "newest_errors": dg.MetadataValue.md(newest_errors(store.con, view.name)),
         "blocked_streams": dg.MetadataValue.md(blocked_streams_markdown(blocked_streams(store.con, [view]))),
         **code_metadata(status.version),
     })
+    metadata.update({f"rows/{table}": dg.MetadataValue.int(n) for table, n in status.rows.items()})
+    if len(status.rows) == 1:  # the UI's row count is one table's: a view of several has one count per table
+        metadata["dagster/row_count"] = dg.MetadataValue.int(*status.rows.values())
     if lag.ingestion_seconds is not None:
         metadata["lag/ingestion_seconds"] = dg.MetadataValue.float(round(lag.ingestion_seconds, 3))
     if lag.event_time_seconds is not None:

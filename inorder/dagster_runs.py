@@ -54,7 +54,19 @@ class CliRun:
     projection: dict = field(default_factory=dict)  # per view metadata
     publish_error: str | None = None  # PostgreSQL could not be brought to DuckDB's newest commit
     refused: dict[str, str] = field(default_factory=dict)  # view -> why it was not projected (its tables changed)
+    checks: dict[str, str] = field(default_factory=dict)  # "asset.check" -> verdict (check_verdicts)
     seconds: float = 0.0
+
+
+def check_verdicts(instance: dg.DagsterInstance, run_id: str) -> dict[tuple[str, str], str]:
+    """(asset, check) -> "passed", "warned" (a WARN-severity check that did not pass: Dagster still calls
+    the run a success) or "failed", for the checks a run evaluated."""
+    verdicts = {}
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        evaluation = entry.dagster_event.event_specific_data
+        verdicts[(evaluation.asset_key.to_user_string(), evaluation.check_name)] = "passed" if evaluation.passed \
+            else "warned" if evaluation.severity == dg.AssetCheckSeverity.WARN else "failed"
+    return verdicts
 
 
 def _run_config() -> dict:
@@ -183,6 +195,8 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
                          for view in views}
     report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
                                 None) or _publication_lag(home, views)
+    report.checks = {f"{asset}.{check}": verdict for run_id in report.run_ids
+                     for (asset, check), verdict in check_verdicts(instance, run_id).items()}
     report.seconds = time.perf_counter() - started
     return report
 
@@ -204,7 +218,7 @@ def _publication_lag(home: Home, views) -> str | None:
 class CliRebuild:
     run_id: str
     metadata: dict  # the view's materialisation
-    checks: dict[str, bool]  # check name -> passed
+    checks: dict[str, str]  # check name -> verdict (check_verdicts)
 
 
 def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
@@ -218,13 +232,10 @@ def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
     result = defs.resolve_job_def("rebuild_view").execute_in_process(
         instance=instance, tags={CLI_HOME_TAG: str(home.root)}, run_config={**_run_config(), **REBUILD_CONFIG},
         asset_selection=[dg.AssetKey(view)], raise_on_error=False)
-    checks = {}
-    for entry in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-        evaluation = entry.dagster_event.event_specific_data
-        checks[evaluation.check_name] = evaluation.passed
+    checks = {check: verdict for (_, check), verdict in check_verdicts(instance, result.run_id).items()}
     if not result.success:
         failure = _step_failure(result)
-        failed = sorted(name for name, passed in checks.items() if not passed)
+        failed = sorted(name for name, verdict in checks.items() if verdict == "failed")
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure and
                            failure.step_failure_data.error else f"the rebuild's checks failed: {', '.join(failed)}")
     return CliRebuild(result.run_id, _materializations(instance, result.run_id, view).get(None, {}), checks)
