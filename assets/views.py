@@ -15,7 +15,8 @@ from pipelines.health import view_lag
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
 from pipelines.run import ProjectionStats, project_views, rebuild
-from pipelines.status import blocked_streams, blocked_streams_markdown, newest_errors, read_status, version_line
+from pipelines.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
+                              version_line)
 from pipelines.store import OUTCOME_COLUMNS, Home, Store
 from pipelines.versions import fingerprint
 from pipelines.view import View
@@ -157,7 +158,8 @@ def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spa
     else:
         stats = project_views(spark.session, home, ALL_VIEWS, selected, tick=tick, now=run_time(context),
                               progress=context.log.info)
-    context.log.info(f"{stats.entries} entries in {stats.passes} passes, {stats.handler_calls} handler calls, "
+    context.log.info(f"{plural(stats.entries, 'entry', 'entries')} (batches and ticks of the ingest log) in "
+                     f"{plural(stats.passes, 'Spark pass', 'Spark passes')}, {plural(stats.handler_calls, 'handler call')}, "
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
     if stats.publish_error:
         context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")
