@@ -22,7 +22,12 @@ def test_setup_installs_once_then_skips_until_the_lock_changes(tmp_path):
     for tool in ("python", "inorder"):
         (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
         (bin_dir / tool).chmod(stat.S_IRWXU)
-    env = {**os.environ, "INORDER_PG_BIN": "/nonexistent"}  # no PostgreSQL lookup: not what this tests
+    tools = tmp_path / "tools"  # a java that answers: the script never tries to install one here
+    tools.mkdir()
+    (tools / "java").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "java").chmod(stat.S_IRWXU)
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+           "INORDER_PG_BIN": "/nonexistent"}  # no PostgreSQL lookup or install: not what this tests
 
     def setup() -> list[str]:
         calls.write_text("")
