@@ -54,19 +54,8 @@ class CliRun:
     projection: dict = field(default_factory=dict)  # per view metadata
     publish_error: str | None = None  # PostgreSQL could not be brought to DuckDB's newest commit
     refused: dict[str, str] = field(default_factory=dict)  # view -> why it was not projected (its tables changed)
-    checks: dict[str, str] = field(default_factory=dict)  # "asset.check" -> verdict (check_verdicts)
+    checks: dict[str, str] = field(default_factory=dict)  # "asset.check" -> verdict (assets.sensors.check_verdicts)
     seconds: float = 0.0
-
-
-def check_verdicts(instance: dg.DagsterInstance, run_id: str) -> dict[tuple[str, str], str]:
-    """(asset, check) -> "passed", "warned" (a WARN-severity check that did not pass: Dagster still calls
-    the run a success) or "failed", for the checks a run evaluated."""
-    verdicts = {}
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-        evaluation = entry.dagster_event.event_specific_data
-        verdicts[(evaluation.asset_key.to_user_string(), evaluation.check_name)] = "passed" if evaluation.passed \
-            else "warned" if evaluation.severity == dg.AssetCheckSeverity.WARN else "failed"
-    return verdicts
 
 
 def _run_config() -> dict:
@@ -155,6 +144,7 @@ def run_through_dagster(home: Home, now: datetime | None) -> CliRun:
 
 def _run_through_dagster(home: Home, now: datetime | None, started: float) -> CliRun:
     from assets.partitions import BATCHES, INGEST_AND_PROJECT, NOW_TAG, PROJECT, TICK_TAG, run_target
+    from assets.sensors import check_verdicts, checks_tags
     from inorder.definitions import defs
     from pipelines.registry import load_views
     from pipelines.run import plan_run
@@ -195,8 +185,12 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
                          for view in views}
     report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
                                 None) or _publication_lag(home, views)
-    report.checks = {f"{asset}.{check}": verdict for run_id in report.run_ids
-                     for (asset, check), verdict in check_verdicts(instance, run_id).items()}
+    for run_id in report.run_ids:  # as tag_runs_whose_checks_failed does for the daemon's runs
+        verdicts = check_verdicts(instance, run_id)
+        tags = checks_tags(verdicts)
+        if tags:
+            instance.add_run_tags(run_id, tags)
+        report.checks.update({f"{asset}.{check}": verdict for (asset, check), verdict in verdicts.items()})
     report.seconds = time.perf_counter() - started
     return report
 
@@ -218,12 +212,13 @@ def _publication_lag(home: Home, views) -> str | None:
 class CliRebuild:
     run_id: str
     metadata: dict  # the view's materialisation
-    checks: dict[str, str]  # check name -> verdict (check_verdicts)
+    checks: dict[str, str]  # check name -> verdict (assets.sensors.check_verdicts)
 
 
 def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
     """`inorder rebuild VIEW` as a run of the `rebuild_view` job on the instance: a materialisation of the
     view's asset, so its checks run after it (a failed blocking check fails the command)."""
+    from assets.sensors import check_verdicts
     from assets.views import REBUILD_CONFIG
     from inorder.definitions import defs
 

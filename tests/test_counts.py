@@ -7,6 +7,7 @@ the stream in every view, and a landing file that cannot be read."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -85,6 +86,30 @@ def test_status_pending_errors_and_the_dagster_metadata_agree(scenario):
     assert logged["total"] == metadata["errors"]["total"] == sum(
         n for v in status["views"] for n in v["errors_by_kind"].values()) + metadata["errors"].get("kind/malformed", 0)
     assert metadata["errors"]["rejected_batches"] == len(status["rejected"])
+
+
+def test_a_run_whose_checks_failed_is_tagged_so_it_does_not_look_plain_green(scenario):
+    from assets.sensors import CHECKS_TAG, FAILED_CHECKS_TAG, tag_runs_whose_checks_failed
+
+    env, _, _ = scenario
+    instance = dg.DagsterInstance.from_config(str(Path(env["INORDER_HOME"]) / "dagster"))
+    (run,) = instance.get_runs(limit=1)  # the second `inorder run`'s: a success, its checks not all passed
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    verdicts = [e.dagster_event.event_specific_data for e in
+                instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
+    failed = sorted(f"{v.asset_key.to_user_string()}.{v.check_name}" for v in verdicts
+                    if not v.passed and v.severity == dg.AssetCheckSeverity.ERROR)
+    warned = sum(not v.passed and v.severity == dg.AssetCheckSeverity.WARN for v in verdicts)
+    assert warned >= 1  # audit's parked stream
+    expected = {CHECKS_TAG: f"{len(failed)} failed, {warned} warned"}
+    assert run.tags[CHECKS_TAG] == expected[CHECKS_TAG] and failed  # by the CLI; and which failed, in at most 200
+    listed = run.tags[FAILED_CHECKS_TAG]
+    assert len(listed) <= 200 and ", ".join(failed).startswith(listed.removesuffix("…")) and failed[0] in listed
+    success = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS).records[0]
+    said = tag_runs_whose_checks_failed(dg.build_run_status_sensor_context(  # and by the sensor, for the daemon's
+        sensor_name="tag_runs_whose_checks_failed", dagster_event=success.event_log_entry.dagster_event,
+        dagster_instance=instance, dagster_run=run))
+    assert said.skip_message == f"tagged {expected[CHECKS_TAG]}"
 
 
 def test_newest_errors_in_the_metadata_show_the_reason_before_the_columns_a_panel_can_cut(scenario):
