@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from assets.partitions import BATCHES, STORE_POOL, run_time
+from assets.partitions import BATCHES, CLI_HOME_TAG, STORE_POOL, run_time
 from pipelines.faults import crash_point
 from pipelines.ingest import IngestResult, archive_path
 from pipelines.registry import load_views
@@ -47,6 +47,17 @@ def batch_metadata(home: Home, result: IngestResult) -> dict:
     return metadata
 
 
+def rejection_next_step(archived: list[str], by_cli: bool) -> str:
+    """What a user does about a rejected file: the end of the Failure's description. The file's name stays
+    in the ingest log, so a fixed file is read only under a new name."""
+    step = ("Next: fix the file and drop it into the landing folder again under a new name (its name is "
+            "in the ingest log now, and a name is never read twice)")
+    if not archived:
+        return step + "."
+    projects = "this `inorder run` projects them" if by_cli else "the `project_after_rejection` sensor projects them"
+    return f"{step}; the batches this run archived ({', '.join(archived)}) are not lost: {projects}."
+
+
 with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinned): not the users' concern
     warnings.simplefilter("ignore", dg.BetaWarning)
 
@@ -70,11 +81,15 @@ with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinn
                 context.add_asset_metadata(metadata, partition_key=key)
             return
         # a rejected file fails its partition, never shows as a green batch: the step fails, and only the
-        # batches it archived are materialised (the failure marks the others of the run failed)
+        # batches it archived are materialised (the failure marks the others of the run failed); the
+        # partition keeps its reason as an observation, which the UI's partition panel shows
         for key, metadata in archived.items():
             context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
+        for key, metadata in rejected.items():
+            context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata))
         reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
-        raise dg.Failure(description=reasons, allow_retries=False, metadata={
+        next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
+        raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False, metadata={
             REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}
                                                      for key, m in rejected.items()}),
             **(next(iter(rejected.values())) if len(rejected) == 1 else {}),

@@ -102,3 +102,42 @@ def _projection_after(run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
         return dg.SkipReason("`inorder run` projects in its own run")
     now = {NOW_TAG: run.tags[NOW_TAG]} if NOW_TAG in run.tags else {}
     return dg.RunRequest(run_key=f"project-after-{run.run_id}", tags=now)
+
+
+CHECKS_TAG = "inorder/checks"  # on a successful run whose checks did not all pass: "2 failed, 1 warned"
+FAILED_CHECKS_TAG = "inorder/failed_checks"  # ... and which: "accounts.handler_error_rate, …"
+
+
+def check_verdicts(instance: dg.DagsterInstance, run_id: str) -> dict[tuple[str, str], str]:
+    """(asset, check) -> "passed", "warned" (a WARN-severity check that did not pass) or "failed", for
+    the checks a run evaluated: Dagster calls a run whose non-blocking checks failed a success."""
+    verdicts = {}
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        evaluation = entry.dagster_event.event_specific_data
+        verdicts[(evaluation.asset_key.to_user_string(), evaluation.check_name)] = "passed" if evaluation.passed \
+            else "warned" if evaluation.severity == dg.AssetCheckSeverity.WARN else "failed"
+    return verdicts
+
+
+def checks_tags(verdicts: dict[tuple[str, str], str]) -> dict[str, str]:
+    """The tags that keep a run whose checks did not all pass from looking plain green (none when they did)."""
+    failed = sorted(f"{asset}.{check}" for (asset, check), v in verdicts.items() if v == "failed")
+    warned = sum(v == "warned" for v in verdicts.values())
+    if not failed and not warned:
+        return {}
+    tags = {CHECKS_TAG: f"{len(failed)} failed, {warned} warned"}
+    if failed:
+        listed = ", ".join(failed)
+        tags[FAILED_CHECKS_TAG] = listed if len(listed) <= 200 else listed[:199] + "…"
+    return tags
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, minimum_interval_seconds=5,
+                      default_status=dg.DefaultSensorStatus.RUNNING,
+                      description=f"Tags a successful run whose checks failed or warned ({CHECKS_TAG}, "
+                                  f"{FAILED_CHECKS_TAG}), so that its run page does not look plain green")
+def tag_runs_whose_checks_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
+    tags = checks_tags(check_verdicts(context.instance, context.dagster_run.run_id))
+    if tags:
+        context.instance.add_run_tags(context.dagster_run.run_id, tags)
+    return dg.SkipReason(f"tagged {tags[CHECKS_TAG]}" if tags else "every check of the run passed")

@@ -15,7 +15,8 @@ from pipelines.health import view_lag
 from pipelines.publish import Position, read_positions
 from pipelines.registry import load_views
 from pipelines.run import ProjectionStats, project_views, rebuild
-from pipelines.status import blocked_streams, blocked_streams_markdown, newest_errors, read_status, version_line
+from pipelines.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
+                              version_line)
 from pipelines.store import OUTCOME_COLUMNS, Home, Store
 from pipelines.versions import fingerprint
 from pipelines.view import View
@@ -66,16 +67,19 @@ def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], 
         "total/streams": dg.MetadataValue.int(status.streams),
         "total/blocked_streams": dg.MetadataValue.int(status.blocked_streams),
         "total/parked_streams": dg.MetadataValue.int(status.parked_streams),
+        "total/rejects": dg.MetadataValue.int(status.rejects),
+        "total/bugs": dg.MetadataValue.int(status.bugs),
         "total/oldest_wait_seconds": dg.MetadataValue.float(status.oldest_wait_seconds or 0.0),
-        "total/rows": dg.MetadataValue.int(status.rows),
         "lag/entries": dg.MetadataValue.int(lag.entries_behind),
         "conserved": dg.MetadataValue.bool(status.conserved),
         "last_batch": dg.MetadataValue.text(status.last_batch or "-"),
-        "dagster/row_count": dg.MetadataValue.int(status.rows),
         "newest_errors": dg.MetadataValue.md(newest_errors(store.con, view.name)),
         "blocked_streams": dg.MetadataValue.md(blocked_streams_markdown(blocked_streams(store.con, [view]))),
         **code_metadata(status.version),
     })
+    metadata.update({f"rows/{table}": dg.MetadataValue.int(n) for table, n in status.rows.items()})
+    if len(status.rows) == 1:  # the UI's row count is one table's: a view of several has one count per table
+        metadata["dagster/row_count"] = dg.MetadataValue.int(*status.rows.values())
     if lag.ingestion_seconds is not None:
         metadata["lag/ingestion_seconds"] = dg.MetadataValue.float(round(lag.ingestion_seconds, 3))
     if lag.event_time_seconds is not None:
@@ -154,7 +158,8 @@ def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spa
     else:
         stats = project_views(spark.session, home, ALL_VIEWS, selected, tick=tick, now=run_time(context),
                               progress=context.log.info)
-    context.log.info(f"{stats.entries} entries in {stats.passes} passes, {stats.handler_calls} handler calls, "
+    context.log.info(f"{plural(stats.entries, 'entry', 'entries')} (batches and ticks of the ingest log) in "
+                     f"{plural(stats.passes, 'Spark pass', 'Spark passes')}, {plural(stats.handler_calls, 'handler call')}, "
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
     if stats.publish_error:
         context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")

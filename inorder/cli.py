@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from inorder.terminal import say
+from pipelines.status import plural
 from pipelines.store import OUTCOME_COLUMNS, Home
 from pipelines.versions import ViewSetMismatch
 
@@ -54,12 +55,8 @@ def _count(text: str) -> int:
     return value
 
 
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
-
-
 class _Parser(argparse.ArgumentParser):
-    """argparse, plus "did you mean" for a mistyped command."""
+    """argparse, plus "did you mean" for a mistyped command, and a usage error in one line."""
 
     def error(self, message: str):
         import difflib
@@ -71,11 +68,22 @@ class _Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(wrong.group(1), choices, n=1)
             if close:
                 message += f"; did you mean {close[0]!r}?"
-        super().error(message)
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def _positive(text: str) -> int:
+    """A count of things to make: a whole number, 1 or more."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("0: give 1 or more")
+    return value
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (a fraction between 0 and 1)") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
     return value
@@ -221,6 +229,7 @@ def _run_document(report: CliRun) -> dict:
         "dagster_run_ids": report.run_ids,
         "publish_error": report.publish_error,
         "refused": report.refused,
+        "checks": dict(sorted(report.checks.items())),
     }
 
 
@@ -254,17 +263,24 @@ def cmd_run(args: argparse.Namespace) -> None:
     else:
         archived = [b for b in run["batches"] if b["status"] == "archived"]
         rejected = [b for b in run["batches"] if b["status"] == "rejected"]
-        what = {"batches": f"{_plural(len(archived), 'batch', 'batches')}, {_plural(run['records'], 'record')}",
+        what = {"batches": f"{plural(len(archived), 'batch', 'batches')}, {plural(run['records'], 'record')}",
                 "tick": "a tick",
                 "resumed": "batches archived earlier but not yet projected (an interrupted run's, or an ingest-only one's)",
                 "caught_up": f"the archive for the added views {', '.join(run['caught_up'])}",
                 "nothing": "nothing new (logical time has not moved since the last entry)"}[run["ran"]]
-        rate = f", {run['records'] / run['seconds']:,.0f} records/s" if run["records"] else ""
-        print(f"ran {what} in {run['seconds']:.1f}s{rate}; {_plural(run['applied'], 'message')} applied across "
-              f"views; {_plural(len(run['dagster_run_ids']), 'Dagster run')}"
-              + (f"; {_plural(len(rejected), 'file')} rejected" if rejected else ""))
+        # over the whole run, Spark's start included (`--json`'s views hold each step's seconds)
+        rate = f" ({run['records'] / run['seconds']:,.1f} records/s over those {run['seconds']:.1f}s)" \
+            if run["records"] and run["seconds"] else ""
+        print(f"ran {what} in {run['seconds']:.1f}s{rate}; {plural(run['applied'], 'message')} applied across "
+              f"views; {plural(len(run['dagster_run_ids']), 'Dagster run')}"
+              + (f"; {plural(len(rejected), 'file')} rejected" if rejected else "")
+              + (f"; {describe_checks(run['checks'])}" if run["checks"] else ""))
         for b in rejected:
-            print(f"rejected batch (entry {b['entry_idx']}): {b['rejected_reason']}")
+            print(f"rejected batch {b['batch_id']} (entry {b['entry_idx']}): {b['rejected_reason']}")
+        if rejected:
+            from assets.ingest import rejection_next_step
+
+            print(rejection_next_step([b["batch_id"] for b in archived], by_cli=True))
         if run["unrouted"]:
             print(f"unrouted: {describe_unrouted(run['unrouted'], subscribed)}")
     for line in run["refused"].values():  # the other views went on; this one waits for `inorder rebuild`
@@ -314,7 +330,7 @@ def cmd_status(args: argparse.Namespace) -> None:
     if args.json:
         _print_json(status_document(status, positions))
         return
-    print(format_status(status))
+    print(format_status(status, args.wide))
     if isinstance(positions, str):
         print(f"PostgreSQL (INORDER_SERVE_POSTGRES): cannot read what is published: {positions}")
     elif positions is not None:
@@ -329,16 +345,16 @@ def _known_view(name: str | None) -> None:
         view_named(_views(), name)
 
 
-def _print_listing(args: argparse.Namespace, total: int, rows: Sequence, header: Sequence[str], key: str,
-                   what: str, order: str) -> None:
-    """`errors` and `pending`: with --json, {"total": …, key: [row, …]}; else a table, then the total."""
+def _print_listing(args: argparse.Namespace, counts: dict[str, int], key: str, rows: Sequence,
+                   header: Sequence[str], summary: str, order: str) -> None:
+    """`errors` and `pending`: with --json, {**counts, key: [row, …]}; else a table, then the summary."""
     if args.json:
-        _print_json({"total": total, key: [row._asdict() for row in rows]})
+        _print_json({**counts, key: [row._asdict() for row in rows]})
         return
     if rows:
         _print_table(header, [row.cells() for row in rows])
-    shown = f", {len(rows)} shown (--limit {args.limit})" if len(rows) < total else ""
-    print(f"{total} {what}{shown}" + (f"; {order}" if rows else ""))
+    shown = f", {len(rows):,} shown (--limit {args.limit})" if len(rows) < counts["total"] else ""
+    print(f"{summary}{shown}" + (f"; {order}" if rows else ""))
 
 
 def cmd_errors(args: argparse.Namespace) -> None:
@@ -350,7 +366,9 @@ def cmd_errors(args: argparse.Namespace) -> None:
                 "SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?", [args.batch]).fetchone()[0]:
             raise LookupError(f"no batch {args.batch!r} in the ingest log (`inorder status` lists the batches)")
         log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit)
-    _print_listing(args, log.total, log.newest, ERROR_HEADER, "errors", "errors", "newest first")
+    _print_listing(args, {"total": log.total}, "errors", log.newest, ERROR_HEADER,
+                   f"{plural(log.total, 'error log row')} (a parked message logs one per failed attempt)",
+                   "newest first")
 
 
 def cmd_pending(args: argparse.Namespace) -> None:
@@ -360,8 +378,9 @@ def cmd_pending(args: argparse.Namespace) -> None:
     _known_view(args.view)
     with _store(views) as store:
         blocked = blocked_streams(store.con, views, args.view, args.limit)
-    _print_listing(args, blocked.total, blocked.oldest, BLOCKED_HEADER, "streams", "blocked streams",
-                   "oldest blocked first; times are logical (the batches' received_at)")
+    _print_listing(args, {"total": blocked.total, "blocked": blocked.blocked, "parked": blocked.parked,
+                          "distinct_streams": blocked.streams}, "streams", blocked.oldest, BLOCKED_HEADER,
+                   blocked.describe(), "oldest blocked first; times are logical (the batches' received_at)")
 
 
 def cmd_query(args: argparse.Namespace) -> None:
@@ -393,9 +412,11 @@ def cmd_operator(args: argparse.Namespace) -> None:
                               args.command, progress=say)
     if not streams:
         print(f"view {args.view} has no parked streams: nothing to {args.command}")
-    else:
-        print(f"{args.command} of {len(streams)} parked streams of {args.view} committed: "
-              + ", ".join(streams[:10]) + (" …" if len(streams) > 10 else ""))
+        return
+    from pipelines.status import acted_on, describe_operator_outcome
+
+    with _store(views) as store:
+        print(describe_operator_outcome(args.command, args.view, acted_on(store.con, args.view, streams)))
 
 
 def cmd_rebuild(args: argparse.Namespace) -> None:
@@ -405,11 +426,18 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     home, _ = _store_views()
     _known_view(args.view)
     done = rebuild_through_dagster(home, args.view)
-    failed = sorted(name for name, passed in done.checks.items() if not passed)
-    print(f"rebuilt {args.view}: {done.metadata.get('rebuild/entries_replayed', 0)} entries replayed in "
-          f"{done.metadata.get('rebuild/passes', 0)} passes and swapped in, {time.perf_counter() - started:.1f}s; "
-          f"checks: {len(done.checks) - len(failed)} of {len(done.checks)} passed"
-          + (f" (failed: {', '.join(failed)})" if failed else ""))
+    print(f"rebuilt {args.view}: {plural(done.metadata.get('rebuild/entries_replayed', 0), 'entry', 'entries')} "
+          f"replayed in {plural(done.metadata.get('rebuild/passes', 0), 'pass', 'passes')} and swapped in, "
+          f"{time.perf_counter() - started:.1f}s; {describe_checks(done.checks)}")
+
+
+def describe_checks(checks: dict[str, str]) -> str:
+    """`checks: 7 of 9 passed (failed: …) (warning, not a failure: …)`: a run Dagster calls a success
+    can still have failed checks, and a warning is not a failure."""
+    named = {verdict: sorted(name for name, v in checks.items() if v == verdict) for verdict in ("failed", "warned")}
+    return (f"checks: {sum(v == 'passed' for v in checks.values())} of {len(checks)} passed"
+            + (f" (failed: {', '.join(named['failed'])})" if named["failed"] else "")
+            + (f" (warning, not a failure: {', '.join(named['warned'])})" if named["warned"] else ""))
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
@@ -488,86 +516,97 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"inorder {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     as_json = {"action": "store_true", "help": "one JSON document on stdout (docs/CLI.md lists the keys)"}
-    g = sub.add_parser("generate", help="write demo batches (the bank's, or the shop's)")
+
+    def command(name: str, help: str, under=sub, parent: str = "inorder") -> argparse.ArgumentParser:
+        """A subcommand whose `--help` starts with what it does (the line its parent's `--help` lists)."""
+        return under.add_parser(name, help=help, description=f"{parent} {name}: {help}.")
+    g = command("generate", help="write demo batches (the bank's, or the shop's)")
     g.add_argument("--domain", choices=sorted(GENERATORS), default="bank",
-                   help="bank: account streams (views/); shop: order and customer streams (shop/views/)")
-    g.add_argument("--out", required=True)
+                   help="bank: account streams (views/); shop: order and customer streams (shop/views/) "
+                        "(default %(default)s)")
+    g.add_argument("--out", required=True, metavar="DIR", help="the folder to write the batch files into (made if missing)")
     g.add_argument("--prefix", default="batch-",
-                   help="file names: PREFIX00001.jsonl…, numbered on from the highest PREFIX<number> file in --out")
-    g.add_argument("--events", type=int, default=10_000)
-    g.add_argument("--streams", type=int, default=100)
-    g.add_argument("--batches", type=int, default=10)
-    g.add_argument("--disorder", type=_fraction, default=0.1)
-    g.add_argument("--duplicates", type=_fraction, default=0.02)
-    g.add_argument("--gaps", type=_fraction, default=0.005)
-    g.add_argument("--poison", type=_fraction, default=0.005)
-    g.add_argument("--seed", type=int, default=7)
+                   help="file names: PREFIX00001.jsonl…, numbered on from the highest PREFIX<number> file in --out "
+                        "(default %(default)s)")
+    for name, default, what in (("events", 10_000, "events in all, across the batches"),
+                                ("streams", 100, "streams they belong to: accounts, or orders and customers"),
+                                ("batches", 10, "batch files to split them into")):
+        g.add_argument(f"--{name}", type=_positive, default=default, metavar="N", help=f"{what} (default %(default)s)")
+    for name, default, what in (("disorder", 0.1, "delivered out of order"), ("duplicates", 0.02, "delivered twice"),
+                                ("gaps", 0.005, "never delivered"),
+                                ("poison", 0.005, "corrupted (bad fields, and a tenth as many lines that do not parse)")):
+        g.add_argument(f"--{name}", type=_fraction, default=default, metavar="FRACTION",
+                       help=f"the share of events {what}, 0 to 1 (default %(default)s: {default * 100:g} %%)")
+    g.add_argument("--seed", type=int, default=7, help="the same seed writes the same files (default %(default)s)")
     g.set_defaults(func=cmd_generate)
-    i = sub.add_parser("init", help="create a home: landing/, archive/ and the store")
+    i = command("init", help="create a home: landing/, archive/ and the store")
     i.add_argument("home", nargs="?", help="default: INORDER_HOME, else ./.inorder")
     i.add_argument("--views", metavar="MODULE[,MODULE]",
                    help="the view modules of this home, recorded in HOME/views.txt: commands load them when "
                         "INORDER_VIEWS is unset")
     i.set_defaults(func=cmd_init)
-    r = sub.add_parser("run", help="ingest new batches (or tick) and project them")
+    r = command("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
     r.add_argument("--json", **as_json)
     r.add_argument("--add-views", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
                    metavar="VIEW[,VIEW]", help="add these views of INORDER_VIEWS to a store that holds others "
                                               "(they are then projected over the whole archive)")
     r.set_defaults(func=cmd_run)
-    s = sub.add_parser("status", help="per-view summary")
+    s = command("status", help="per-view summary")
     s.add_argument("--json", **as_json)
+    s.add_argument("--wide", action="store_true",
+                   help="every outcome, gaps skipped and the oldest wait too (the table is then over 100 columns)")
     s.set_defaults(func=cmd_status)
-    q = sub.add_parser("query", help="run one read-only SQL query on the store (waits while a run holds it)")
-    q.add_argument("sql")
-    q.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    q = command("query", help="run one read-only SQL query on the store (waits while a run holds it)")
+    q.add_argument("sql", help="one SQL statement; the store is opened read-only")
+    q.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="how to print the rows (default %(default)s)")
     q.set_defaults(func=cmd_query)
-    e = sub.add_parser("errors", help="list the error log, newest first")
-    e.add_argument("--view")
-    e.add_argument("--kind", choices=ERROR_KINDS)
+    e = command("errors", help="list the error log, newest first")
+    e.add_argument("--view", help="only the errors of this view (default: every view, and malformed records)")
+    e.add_argument("--kind", choices=ERROR_KINDS, help="only errors of this kind (default: every kind)")
     e.add_argument("--batch", metavar="BATCH_ID", help="only the errors of this batch")
     e.add_argument("--since", type=_iso_time, metavar="ISO8601",
                    help="only errors logged at or after this logical time")
     e.add_argument("--limit", type=_count, default=100, help="show at most this many (default 100)")
     e.add_argument("--json", **as_json)
     e.set_defaults(func=cmd_errors)
-    n = sub.add_parser("pending", help="blocked and parked streams, oldest blocked first")
-    n.add_argument("--view")
+    n = command("pending", help="blocked and parked streams, oldest blocked first")
+    n.add_argument("--view", help="only this view's streams (default: every view's)")
     n.add_argument("--limit", type=_count, default=20, help="show at most this many (default 20)")
     n.add_argument("--json", **as_json)
     n.set_defaults(func=cmd_pending)
     for action in ("retry", "skip"):
-        o = sub.add_parser(action, help=f"{action} a parked stream, or every parked stream of a view")
-        o.add_argument("--view", required=True)
+        o = command(action, help=f"{action} a parked stream, or every parked stream of a view")
+        o.add_argument("--view", required=True, help="the view the stream is parked in")
         which = o.add_mutually_exclusive_group(required=True)
-        which.add_argument("--stream")
+        which.add_argument("--stream", help="the parked stream's id (`inorder pending --view V` lists them)")
         which.add_argument("--all", action="store_true", help="every parked stream of the view")
         o.set_defaults(func=cmd_operator)
-    u = sub.add_parser("publish", help="publish to PostgreSQL (INORDER_SERVE_POSTGRES) what it does not show yet")
+    u = command("publish", help="publish to PostgreSQL (INORDER_SERVE_POSTGRES) what it does not show yet")
     u.add_argument("--full", metavar="VIEW", help="replace this view's PostgreSQL tables with DuckDB's, in one transaction")
     u.set_defaults(func=cmd_publish)
-    b = sub.add_parser("rebuild", help="build a view anew from the archive beside the live one, swap it in "
+    b = command("rebuild", help="build a view anew from the archive beside the live one, swap it in "
                                       "at once, then run its checks")
-    b.add_argument("view")
+    b.add_argument("view", help="one of the views of INORDER_VIEWS")
     b.set_defaults(func=cmd_rebuild)
-    g = sub.add_parser("reingest", help="after fixing source.json: inspect archived batches again, as new entries "
+    g = command("reingest", help="after fixing source.json: inspect archived batches again, as new entries "
                                         "carrying the records no view received (unrouted or malformed), and project them")
-    g.add_argument("batches", nargs="+", metavar="BATCH_ID")
+    g.add_argument("batches", nargs="+", metavar="BATCH_ID", help="archived batches (`inorder status` lists them)")
     g.add_argument("--now", type=_iso_time, help="logical time of the new entries (default: the wall clock)")
     g.set_defaults(func=cmd_reingest)
-    m = sub.add_parser("remove-view", help="take a view out of the store: its tables and engine rows (the archive "
+    m = command("remove-view", help="take a view out of the store: its tables and engine rows (the archive "
                                            "stays); says what it would drop unless --yes")
-    m.add_argument("view")
+    m.add_argument("view", help="a view the store holds")
     m.add_argument("--yes", action="store_true", help="remove it (without: only say what would be dropped)")
     m.set_defaults(func=cmd_remove_view)
-    k = sub.add_parser("spark", help="a warm Spark Connect server on loopback that runs of this home use")
+    k = command("spark", help="a warm Spark Connect server on loopback that runs of this home use")
     k_sub = k.add_subparsers(dest="action", required=True)
-    k_start = k_sub.add_parser("start", help="start it (if none is running) and print its sc:// endpoint")
+    k_start = command("start", "start it (if none is running) and print its sc:// endpoint", k_sub, "inorder spark")
     k_start.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_MINUTES, metavar="MINUTES",
                          help=f"it stops by itself after this long with no run using it (default {DEFAULT_IDLE_MINUTES:g})")
-    k_sub.add_parser("stop", help="stop it and wait for its processes to end")
-    k_status = k_sub.add_parser("status", help="running or not, endpoint, uptime, idle time (exit 3: not running)")
+    command("stop", "stop it and wait for its processes to end", k_sub, "inorder spark")
+    k_status = command("status", "running or not, endpoint, uptime, idle time (exit 3: not running)", k_sub, "inorder spark")
     k_status.add_argument("--json", **as_json)
     k.set_defaults(func=cmd_spark)
     return p

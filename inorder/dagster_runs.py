@@ -54,6 +54,7 @@ class CliRun:
     projection: dict = field(default_factory=dict)  # per view metadata
     publish_error: str | None = None  # PostgreSQL could not be brought to DuckDB's newest commit
     refused: dict[str, str] = field(default_factory=dict)  # view -> why it was not projected (its tables changed)
+    checks: dict[str, str] = field(default_factory=dict)  # "asset.check" -> verdict (assets.sensors.check_verdicts)
     seconds: float = 0.0
 
 
@@ -143,6 +144,7 @@ def run_through_dagster(home: Home, now: datetime | None) -> CliRun:
 
 def _run_through_dagster(home: Home, now: datetime | None, started: float) -> CliRun:
     from assets.partitions import BATCHES, INGEST_AND_PROJECT, NOW_TAG, PROJECT, TICK_TAG, run_target
+    from assets.sensors import check_verdicts, checks_tags
     from inorder.definitions import defs
     from pipelines.registry import load_views
     from pipelines.run import plan_run
@@ -183,6 +185,12 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
                          for view in views}
     report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
                                 None) or _publication_lag(home, views)
+    for run_id in report.run_ids:  # as tag_runs_whose_checks_failed does for the daemon's runs
+        verdicts = check_verdicts(instance, run_id)
+        tags = checks_tags(verdicts)
+        if tags:
+            instance.add_run_tags(run_id, tags)
+        report.checks.update({f"{asset}.{check}": verdict for (asset, check), verdict in verdicts.items()})
     report.seconds = time.perf_counter() - started
     return report
 
@@ -204,12 +212,13 @@ def _publication_lag(home: Home, views) -> str | None:
 class CliRebuild:
     run_id: str
     metadata: dict  # the view's materialisation
-    checks: dict[str, bool]  # check name -> passed
+    checks: dict[str, str]  # check name -> verdict (assets.sensors.check_verdicts)
 
 
 def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
     """`inorder rebuild VIEW` as a run of the `rebuild_view` job on the instance: a materialisation of the
     view's asset, so its checks run after it (a failed blocking check fails the command)."""
+    from assets.sensors import check_verdicts
     from assets.views import REBUILD_CONFIG
     from inorder.definitions import defs
 
@@ -218,13 +227,10 @@ def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
     result = defs.resolve_job_def("rebuild_view").execute_in_process(
         instance=instance, tags={CLI_HOME_TAG: str(home.root)}, run_config={**_run_config(), **REBUILD_CONFIG},
         asset_selection=[dg.AssetKey(view)], raise_on_error=False)
-    checks = {}
-    for entry in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-        evaluation = entry.dagster_event.event_specific_data
-        checks[evaluation.check_name] = evaluation.passed
+    checks = {check: verdict for (_, check), verdict in check_verdicts(instance, result.run_id).items()}
     if not result.success:
         failure = _step_failure(result)
-        failed = sorted(name for name, passed in checks.items() if not passed)
+        failed = sorted(name for name, verdict in checks.items() if verdict == "failed")
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure and
                            failure.step_failure_data.error else f"the rebuild's checks failed: {', '.join(failed)}")
     return CliRebuild(result.run_id, _materializations(instance, result.run_id, view).get(None, {}), checks)

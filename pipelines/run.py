@@ -21,7 +21,7 @@ from pipelines.ingest import (IngestResult, LandingFile, check_logical_time, fil
 from pipelines.inspect import SourceMapping
 from pipelines.project import WALKED_METRIC, PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
 from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
-from pipelines.spark import stage_progress
+from pipelines.spark import stage_progress, starting_line
 from pipelines.layout import LIVE, Layout
 from pipelines.order import HandlerBugFailure, NotParked
 from pipelines.pass_data import OutputKind
@@ -218,6 +218,9 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
     @functools.cache
     def session() -> SparkSession:
         started = time.perf_counter()
+        line = starting_line() if callable(spark) else None
+        if line:
+            progress(line)
         got = spark() if callable(spark) else spark
         stats.spark_start_seconds += time.perf_counter() - started
         return got

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
-from pipelines.spark_server import ServerFiles, ServerState, register_client
+from pipelines.spark_server import ServerFiles, ServerState, register_client, running_state
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -164,6 +164,19 @@ def _code_version_session(warm: ServerState) -> str:
     code imported (a pass's second in a new session); edited code gets a session, and workers, of its own."""
     version = uuid.uuid5(uuid.NAMESPACE_URL, f"inorder:{warm.endpoint}:{warm.started_at}:{code_zip().name}")
     return f"{warm.endpoint}/;session_id={version}"
+
+
+def starting_line() -> str | None:
+    """The progress line while a session is being made (a JVM start takes seconds, or a warm server's
+    session is opened), or None when this process has one already. Names what spark_session() uses
+    when it is given no master."""
+    if SparkSession.getActiveSession() is not None:
+        return None
+    master = os.environ.get("INORDER_SPARK_MASTER")
+    if master:
+        return f"starting Spark ({master})…"
+    warm = running_state(_home_server_files())
+    return f"opening a session on the warm Spark server ({warm.endpoint})…" if warm else "starting Spark (local[*])…"
 
 
 def _home_server_files() -> ServerFiles:

@@ -28,10 +28,14 @@ class ViewStatus:
     blocked_streams: int = 0
     oldest_wait_seconds: float | None = None
     parked_streams: int = 0
-    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    # messages a handler raised on, each once however many attempts: a Reject (a business refusal) or any
+    # other exception (a bug); a parked message is among them, and a skipped one in outcomes["handler_error"]
+    rejects: int = 0
+    bugs: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)  # rows of the error log: one per failed attempt
     gaps_skipped: int = 0
     last_batch: str | None = None
-    rows: int = 0
+    rows: dict[str, int] = field(default_factory=dict)  # table -> rows: a view's tables are never added together
     version: ViewVersion | None = None  # the view's code against what built its rows
     rebuild_shadow: str | None = None  # the schema of a rebuild of the view under way, or interrupted
 
@@ -105,8 +109,12 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
         s.errors_by_kind = dict(con.execute(
             "SELECT kind, count(*) FROM inorder.errors WHERE view = ? GROUP BY kind ORDER BY kind",
             [view.name]).fetchall())
-        s.rows = sum(con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in view.tables
-                     if not s.version.refused or _exists(con, t.name))
+        s.rejects, s.bugs = con.execute(  # a message's class is its newest attempt's
+            "SELECT count(*) FILTER (WHERE error_class = 'reject'), count(*) FILTER (WHERE error_class = 'bug') "
+            "FROM (SELECT arg_max(error_class, error_id) AS error_class FROM inorder.errors "
+            "WHERE view = ? AND kind = 'handler_error' GROUP BY stream_id, seq)", [view.name]).fetchone()
+        s.rows = {t.name: con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in view.tables
+                  if not s.version.refused or _exists(con, t.name)}
         status.views.append(s)
     return status
 
@@ -172,9 +180,15 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def newest_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, limit: int = 10) -> str:
-    """A markdown table of the newest error rows (of one view, or of all)."""
+    """A markdown table of the newest error rows (of one view, or of all), the reason before the columns
+    a narrow panel can lose (the UI's metadata list cuts a wide table at its right edge); a view's own
+    table leaves out the view column."""
     errors = read_errors(con, view=view, limit=limit).newest
-    return markdown_table(ERROR_HEADER, [e.cells() for e in errors]) if errors else "no errors"
+    if not errors:
+        return "no errors"
+    header = ("id", "kind", *(() if view else ("view",)), "stream", "seq", "reason", "batch:line", "logged at")
+    return markdown_table(header, [(e.error_id, e.kind, *(() if view else (e.view,)), e.stream_id, e.seq, e.reason,
+                                     f"{e.batch_id}:{e.line}", _iso(e.logged_at)) for e in errors])
 
 
 class BlockedStream(NamedTuple):
@@ -198,8 +212,20 @@ BLOCKED_HEADER = ("view", "stream", "waiting for seq", "pending", "blocked since
 
 
 class BlockedStreams(NamedTuple):
-    total: int  # blocked and parked streams matching the filter
+    """(view, stream) pairs that cannot move on: a stream two views subscribe to counts once per view."""
+
+    total: int  # blocked + parked: the pairs matching the filter
+    blocked: int  # waiting for a missing seq (the `blocked` of `inorder status`)
+    parked: int  # waiting for an operator after a handler error (the `parked` of `inorder status`)
+    streams: int  # distinct stream ids among them
     oldest: list[BlockedStream]  # the oldest blocked of them first, at most `limit`
+
+    def describe(self) -> str:
+        """`3 streams cannot move on: 2 blocked by a gap, 1 parked`, as `inorder status` counts them; a stream
+        that several views subscribe to counts once per view, and then the line says so."""
+        pairs = plural(self.total, "stream") if self.streams == self.total else \
+            f"{plural(self.total, '(view, stream) pair')} ({plural(self.streams, 'distinct stream')})"
+        return f"{pairs} cannot move on: {self.blocked:,} blocked by a gap, {self.parked:,} parked"
 
 
 def blocked_streams(con: duckdb.DuckDBPyConnection, views: Sequence[View], view: str | None = None,
@@ -208,7 +234,10 @@ def blocked_streams(con: duckdb.DuckDBPyConnection, views: Sequence[View], view:
     blocked first (`inorder pending`, the views' Dagster metadata)."""
     names = [v.name for v in views if view is None or v.name == view]
     blocked = "FROM inorder.watermarks w WHERE list_contains(?, w.view) AND (w.blocked_at IS NOT NULL OR w.parked)"
-    total = con.execute(f"SELECT count(*) {blocked}", [names]).fetchone()[0]
+    # as read_status counts them: a parked stream keeps no blocked_at, a blocked one is not parked
+    blocked_count, parked, streams = con.execute(
+        f"SELECT count(w.blocked_at), count(*) FILTER (WHERE w.parked), "
+        f"count(DISTINCT w.stream_id) {blocked}", [names]).fetchone()
     rows = con.execute(
         # a parked stream keeps no blocked_since: it has waited since its message's first failed attempt
         "SELECT w.view, w.stream_id, w.last_seq + 1, w.pending_count, CASE WHEN w.parked THEN "
@@ -216,7 +245,7 @@ def blocked_streams(con: duckdb.DuckDBPyConnection, views: Sequence[View], view:
         "AND e.kind = 'handler_error' AND e.seq = w.last_seq + 1) ELSE w.blocked_since END AS since, w.parked "
         f"{blocked} ORDER BY since NULLS LAST, w.view, w.stream_id LIMIT ?", [names, limit]).fetchall()
     timeouts = {v.name: timedelta(microseconds=v.gap_timeout_us) for v in views}  # as the walk counts
-    return BlockedStreams(total, [
+    return BlockedStreams(blocked_count + parked, blocked_count, parked, streams, [
         BlockedStream(name, stream_id, seq, pending, since,
                       None if parked or since is None else since + timeouts[name], parked)
         for name, stream_id, seq, pending, since, parked in rows])
@@ -225,10 +254,44 @@ def blocked_streams(con: duckdb.DuckDBPyConnection, views: Sequence[View], view:
 def blocked_streams_markdown(blocked: BlockedStreams) -> str:
     """The oldest blocked streams as a markdown table (a view's Dagster metadata)."""
     if not blocked.total:
-        return "no blocked streams"
+        return "no blocked or parked streams"
     more = blocked.total - len(blocked.oldest)
-    return (markdown_table(BLOCKED_HEADER, [s.cells() for s in blocked.oldest])
+    return (f"{blocked.describe()}\n\n" + markdown_table(BLOCKED_HEADER, [s.cells() for s in blocked.oldest])
             + (f"\n\n… and {more} more (`inorder pending`)" if more > 0 else ""))
+
+
+class ActedOn(NamedTuple):
+    """A stream after an operator's retry or skip (`inorder retry`, `inorder skip`)."""
+
+    stream_id: str
+    parked: bool  # parked again: the retried message failed again (one more error row)
+    last_seq: int  # where its watermark stands now
+    attempts: int  # failed attempts of the message it is parked on
+    pending: int  # messages still buffered
+
+
+def acted_on(con: duckdb.DuckDBPyConnection, view: str, streams: Sequence[str]) -> list[ActedOn]:
+    return [ActedOn(*row) for row in con.execute(
+        "SELECT stream_id, parked, last_seq, attempts, pending_count FROM inorder.watermarks "
+        "WHERE view = ? AND list_contains(?, stream_id) ORDER BY stream_id", [view, list(streams)]).fetchall()]
+
+
+def describe_operator_outcome(action: str, view: str, streams: Sequence[ActedOn]) -> str:
+    """What a retry or skip did to each stream: moved on, or parked again and why to look."""
+    moved = [s for s in streams if not s.parked]
+    again = [s for s in streams if s.parked]
+    parts = []
+    if moved:
+        gone = "its parked message skipped (counted as handler_error), " if action == "skip" else ""
+        parts.append(f"{plural(len(moved), 'stream')} moved on ({gone}now at "
+                     + ", ".join(f"{s.stream_id} seq {s.last_seq}" for s in moved[:10])
+                     + (" …" if len(moved) > 10 else "") + ")")
+    if again:
+        parts.append(f"{plural(len(again), 'stream')} parked again: the retried message failed again ("
+                     + ", ".join(f"{s.stream_id} seq {s.last_seq + 1}, attempt {s.attempts}" for s in again[:10])
+                     + (" …" if len(again) > 10 else "")
+                     + f"; `inorder errors --view {view} --kind handler_error` says why)")
+    return f"{action} of {plural(len(streams), 'parked stream')} of {view} committed: " + "; ".join(parts)
 
 
 def open_read_only(home: Home) -> duckdb.DuckDBPyConnection:
@@ -236,30 +299,47 @@ def open_read_only(home: Home) -> duckdb.DuckDBPyConnection:
     return Store.open_read_only(home).con
 
 
-def format_status(status: StoreStatus) -> str:
-    lines = [f"logical time {status.logical_time or '-'}; {status.batches} batches, {status.records} records "
-             f"({status.normalised} normalised, {status.malformed} malformed), {len(status.rejected)} rejected files"]
+def plural(n: int, word: str, word_plural: str | None = None) -> str:
+    """`1 batch`, `2 batches`, `1,234 records`: every count the terminal prints, in one format."""
+    return f"{n:,} {word if n == 1 else word_plural or word + 's'}"
+
+
+STATUS_COLUMNS = ("view", "streams", "selected", "applied", "rejects", "bugs", "pending", "blocked", "parked",
+                  "conserved")  # what fits 100 columns; --wide adds the rest
+WIDE_COLUMNS = ("ignored", "handler_error", "dupes", "late", "conflicts", "gaps", "oldest wait")
+
+
+def _status_cells(s: ViewStatus) -> dict[str, object]:
+    wait = "-" if s.oldest_wait_seconds is None else f"{s.oldest_wait_seconds:,.0f}s"
+    return {"view": s.view, "streams": s.streams, "selected": s.selected, "applied": s.outcomes["applied"],
+            "rejects": s.rejects, "bugs": s.bugs, "pending": s.pending, "blocked": s.blocked_streams,
+            "parked": s.parked_streams, "conserved": "yes" if s.conserved else "NO",
+            "ignored": s.outcomes["ignored"], "handler_error": s.outcomes["handler_error"],
+            "dupes": s.outcomes["duplicate"], "late": s.outcomes["late"], "conflicts": s.outcomes["conflict"],
+            "gaps": s.gaps_skipped, "oldest wait": wait}
+
+
+def format_status(status: StoreStatus, wide: bool = False) -> str:
+    lines = [f"logical time {status.logical_time or '-'}; {plural(status.batches, 'batch', 'batches')}, "
+             f"{plural(status.records, 'record')} ({status.normalised:,} normalised, {status.malformed:,} malformed), "
+             f"{plural(len(status.rejected), 'rejected file')}"]
     for batch_id, reason in status.rejected:
         lines.append(f"  rejected {batch_id}: {reason}")
-    header = ("view", "streams", "selected", "applied", "ignored", "errors", "dupes", "late", "conflicts",
-              "pending", "blocked", "oldest wait", "parked", "gaps", "rows", "conserved")
-    table = [header]
-    for s in status.views:
-        wait = "-" if s.oldest_wait_seconds is None else f"{s.oldest_wait_seconds:.0f}s"
-        table.append((s.view, s.streams, s.selected, s.outcomes["applied"], s.outcomes["ignored"],
-                      s.outcomes["handler_error"], s.outcomes["duplicate"], s.outcomes["late"],
-                      s.outcomes["conflict"], s.pending, s.blocked_streams, wait, s.parked_streams,
-                      s.gaps_skipped, s.rows, "yes" if s.conserved else "NO"))
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    for row in table:
-        lines.append("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
+    header = STATUS_COLUMNS[:-1] + WIDE_COLUMNS + STATUS_COLUMNS[-1:] if wide else STATUS_COLUMNS
+    table = [header] + [tuple(_status_cells(s)[name] for name in header) for s in status.views]
+    text = [[f"{v:,}" if isinstance(v, int) else str(v) for v in row] for row in table]
+    widths = [max(len(row[i]) for row in text) for i in range(len(header))]
+    for row in text:
+        lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
     for batch_id, again, records in status.reingested:
         lines.append(f"re-ingested {batch_id} as {again}: {records} records it had left undelivered")
     lines.append(f"unrouted: {describe_unrouted(status.unrouted, status.subscribed)}" if status.unrouted else
                  f"unrouted: none (the views subscribe to {', '.join(status.subscribed)})")
     for s in status.views:
-        kinds = ", ".join(f"{k} {n}" for k, n in s.errors_by_kind.items()) or "none"
-        lines.append(f"{s.view}: errors by kind: {kinds}; last batch {s.last_batch or '-'}")
+        rows = ", ".join(f"{table} {n:,}" for table, n in s.rows.items()) or "-"
+        logged = ", ".join(f"{k} {n:,}" for k, n in s.errors_by_kind.items()) or "none"
+        lines.append(f"{s.view}: rows {rows}; error log rows {logged} (a row per failed attempt); "
+                     f"last batch {s.last_batch or '-'}")
     lines += [version_line(s.version) for s in status.views]
     if status.not_loaded:
         lines.append(f"the store also holds {', '.join(status.not_loaded)}, which INORDER_VIEWS did not load: not "
@@ -292,7 +372,8 @@ def status_document(status: StoreStatus, positions: list[Position] | str | None)
         "views": [{
             "view": s.view, "streams": s.streams, "selected": s.selected, "outcomes": dict(s.outcomes),
             "pending": s.pending, "blocked_streams": s.blocked_streams, "oldest_wait_seconds": s.oldest_wait_seconds,
-            "parked_streams": s.parked_streams, "gaps_skipped": s.gaps_skipped, "rows": s.rows,
+            "parked_streams": s.parked_streams, "rejects": s.rejects, "bugs": s.bugs,
+            "gaps_skipped": s.gaps_skipped, "rows": dict(s.rows),
             "conserved": s.conserved, "errors_by_kind": dict(s.errors_by_kind), "last_batch": s.last_batch,
             "code": {"fingerprint": s.version.code, "stored_fingerprint": s.version.stored,
                      "matches": s.version.matches, "change": s.version.change, "what": s.version.what,

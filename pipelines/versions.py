@@ -80,6 +80,8 @@ class ViewVersion:
     since_batch: str | None = None  # ... from this batch on
     since_entry: int | None = None
     on_change: str = "mark"
+    # a refused change that is only nullable columns added: the add_column migrations that would fit it
+    could_migrate: tuple[tuple[str, str], ...] = ()
 
     @property
     def matches(self) -> bool:
@@ -97,8 +99,12 @@ class ViewVersion:
         return self.on_change == "rebuild" and not self.matches
 
     def refusal(self) -> str:
+        migrations = ", ".join(f'add_column("{table}", "{column}")' for table, column in self.could_migrate)
         return (f"view {self.view}: {self.what}; its rows were built with the old tables, so it is not projected "
-                f"(run `inorder rebuild {self.view}`)")
+                f"(run `inorder rebuild {self.view}`" + (
+                    f"; or, if the rows already stored are right with NULL there, declare "
+                    f"`migrations=({migrations},)` on the view and run again: no rebuild" if migrations else "")
+                + ")")
 
     def describe(self) -> str:
         """One line for `inorder status` and the UI."""
@@ -171,9 +177,11 @@ def compare(view: View, row: tuple | None) -> ViewVersion:
     words, added = _differences(json.loads(tables), table_declarations(view.tables))
     if words:
         migrated = {(m.table, m.column) for m in view.migrations}
-        only_added = len(words) == len(added) and all(a in migrated for a in added)
-        return ViewVersion(view.name, code, stored, "migration" if only_added else "tables", "; ".join(words),
-                           **extra)
+        only_added = len(words) == len(added)
+        keys = {(t.name, column) for t in view.tables for column in t.primary_key}
+        could_migrate = tuple(a for a in added if a not in migrated) if only_added and not keys & set(added) else ()
+        return ViewVersion(view.name, code, stored, "migration" if only_added and all(a in migrated for a in added)
+                           else "tables", "; ".join(words), could_migrate=could_migrate, **extra)
     if code == stored:
         return ViewVersion(view.name, code, stored, "same", "", **extra)
     old_parts = json.loads(parts) if parts else {}

@@ -33,6 +33,14 @@ if [ -z "${INORDER_PG_BIN:-}" ] && ! command -v initdb >/dev/null 2>&1 \
   fi
 fi
 
+# the venv is current when it was installed from these very files: then there is nothing to do (and
+# nothing to print); any change to them, or a venv made anew, installs again
+STAMP=.venv/.inorder-setup-stamp
+WANT="$("$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(b"".join(open(f, "rb").read() for f in sys.argv[1:])).hexdigest())' \
+  requirements.lock pyproject.toml)"
+if [ -x .venv/bin/python ] && [ -x .venv/bin/inorder ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ]; then
+  exit 0
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -40,3 +48,4 @@ fi
 # requirements.lock pins every package (with test tools) to versions seen working together
 .venv/bin/python -m pip install -q -r requirements.lock
 .venv/bin/python -m pip install -q --no-deps -e .
+echo "$WANT" > "$STAMP"

@@ -33,4 +33,11 @@ if [ "${INORDER_UI_WARM_SPARK:-1}" != 0 ] && ! inorder spark status >/dev/null; 
   inorder spark start
   trap 'inorder spark stop' EXIT
 fi
-dagster dev -h 127.0.0.1 -p "${PORT:-3000}"
+echo "ui: serving the Dagster UI at http://127.0.0.1:${PORT:-3000} for the home $INORDER_HOME" \
+     "(DAGSTER_HOME $DAGSTER_HOME); Ctrl-C stops it" >&2
+# quiet: the services log warnings and errors only (an idle daemon would log every skipped sensor
+# evaluation, about once a second). `dagster dev` says to use `dg dev`, which lives in dagster-dg-cli,
+# a package the pinned Dagster (1.13.27) does not need and requirements.lock does not carry: `dagster
+# dev` serves the same, so its SupersessionWarning (a FutureWarning) is silenced, and only it.
+PYTHONWARNINGS='ignore:Function `dev_command` is superseded:FutureWarning' \
+  dagster dev -h 127.0.0.1 -p "${PORT:-3000}" --log-level warning

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -27,6 +28,7 @@ def test_generate_run_status_errors_and_clear_failures(tmp_path):
     first = cli(home, "run", "--now", "2026-11-02T00:00:00Z")
     assert first.returncode == 0, first.stderr
     assert "ran 3 batches" in first.stdout and "ingest 3/3" in first.stderr
+    assert "] starting Spark (local[*])…" in first.stderr  # said before the JVM's seconds of silence
     tick = cli(home, "run", "--now", "2026-11-02T00:30:00Z")
     assert tick.returncode == 0 and "ran a tick" in tick.stdout
     again = cli(home, "run", "--now", "2026-11-02T00:30:00Z")  # a time already recorded: no second tick
@@ -37,7 +39,8 @@ def test_generate_run_status_errors_and_clear_failures(tmp_path):
     for view in ("accounts", "account_activity", "daily_totals"):
         (row,) = [line for line in lines if re.match(rf"^{view}\s+\d", line)]
         assert row.split()[-1] == "yes", row  # the conservation identity holds
-    assert "gaps" in lines[1]
+    assert "gaps" not in lines[1] and max(len(line) for line in lines[1:5]) <= 100  # the table fits 100 columns
+    assert "gaps" in cli(home, "status", "--wide").stdout.splitlines()[1]  # --wide: every outcome, gaps, waits
     errors = cli(home, "errors", "--kind", "handler_error", "--limit", "5")
     lines = errors.stdout.splitlines()
     assert errors.returncode == 0 and len(lines) == 8, errors.stdout  # a header, its rule, five rows and the total
@@ -50,3 +53,38 @@ def test_generate_run_status_errors_and_clear_failures(tmp_path):
     assert not_parked.returncode == 1 and "is not parked" in not_parked.stderr.splitlines()[-1]
     unknown = cli(home, "rebuild", "nope")
     assert unknown.returncode == 1 and "no view named" in unknown.stderr.splitlines()[-1]
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "inorder"):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                yield f"{prefix} {name}", command
+                yield from _commands(command, f"{prefix} {name}")
+
+
+def test_every_command_and_option_says_what_it_is_its_default_and_its_unit():
+    from inorder.cli import parser
+
+    commands = dict(_commands(parser()))
+    assert {"inorder status", "inorder generate", "inorder spark start"} <= set(commands)
+    for name, command in commands.items():
+        assert command.description and command.description.startswith(f"{name}: "), name
+        for action in command._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            assert action.help, (name, action.dest)
+            if action.default not in (None, False) and not action.required:
+                assert "default" in action.help, (name, action.dest)  # and the unit, where it has one:
+    generate = commands["inorder generate"].format_help()
+    assert "0 to 1 (default 0.1: 10 %)" in " ".join(generate.split())  # --disorder: a fraction, not a percent
+
+
+def test_a_bad_argument_gets_one_line_of_the_clis_own():
+    for args, says in ((["stauts"], "did you mean 'status'?"), (["errors", "--limit", "-1"], "-1 is negative"),
+                       (["generate", "--out", "x", "--events", "0"], "give 1 or more"),
+                       (["generate", "--out", "x", "--disorder", "abc"], "not a number: 'abc'")):
+        done = subprocess.run([INORDER, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stdout == "", args
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("inorder") and says in line and "--help` lists the options" in line, line

@@ -85,7 +85,11 @@ def test_run_json_says_what_the_store_holds_and_the_terminal_has_only_progress_l
     home, env, run = shop
     document = json.loads(run.stdout)
     assert set(document) == {"ran", "caught_up", "batches", "records", "unrouted", "applied", "views", "seconds",
-                             "dagster_run_ids", "publish_error", "refused"}
+                             "dagster_run_ids", "publish_error", "refused", "checks"}
+    # every check of every view ran after the projection, each with its verdict
+    assert {name.split(".")[1] for name in document["checks"]} >= {"conservation", "expectations", "no_parked_streams"}
+    assert set(document["checks"].values()) <= {"passed", "warned", "failed"}
+    assert document["checks"]["orders.no_parked_streams"] == "warned"  # orders parks: a warning, not a failure
     assert document["ran"] == "batches" and document["publish_error"] is None and document["refused"] == {}
     assert document["caught_up"] == []
     ingested = store_rows(home, "SELECT batch_id, entry_idx, status, records, malformed, reason "
@@ -142,7 +146,7 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
     assert [v["view"] for v in document["views"]] == list(SHOP_VIEWS)
     for v in document["views"]:
         assert set(v) == {"view", "streams", "selected", "outcomes", "pending", "blocked_streams",
-                          "oldest_wait_seconds", "parked_streams", "gaps_skipped", "rows", "conserved",
+                          "oldest_wait_seconds", "parked_streams", "rejects", "bugs", "gaps_skipped", "rows", "conserved",
                           "errors_by_kind", "last_batch", "code", "rebuild_shadow"}
         (fingerprint,), = store_rows(home, "SELECT fingerprint FROM inorder.view_versions WHERE view = ?", [v["view"]])
         assert v["code"]["matches"] and v["code"]["stored_fingerprint"] == fingerprint == v["code"]["fingerprint"]
@@ -157,10 +161,12 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
         assert v["conserved"] is True and v["last_batch"] == "batch-00003"
         assert v["errors_by_kind"] == dict(store_rows(
             home, "SELECT kind, count(*) FROM inorder.errors WHERE view = ? GROUP BY kind ORDER BY kind", [v["view"]]))
+        assert v["rows"] == {table: n for table, (n,) in (
+            (table, *store_rows(home, f'SELECT count(*) FROM "{table}"')) for table in v["rows"])}
         (row,) = [line for line in text if re.match(rf"^{v['view']}\s+\d", line)]  # the text table's row
-        cells = row.split()
+        cells = [c.replace(",", "") for c in row.split()]
         assert [int(c) for c in cells[1:4]] == [v["streams"], v["selected"], v["outcomes"]["applied"]]
-        assert cells[-1] == "yes" and int(cells[-2]) == v["rows"] and int(cells[-3]) == v["gaps_skipped"]
+        assert cells[-1] == "yes" and int(cells[-2]) == v["parked_streams"] and int(cells[-3]) == v["blocked_streams"]
     assert sum(v["parked_streams"] for v in document["views"]) > 0  # orders parks; pending below shows them
 
 
@@ -201,7 +207,8 @@ def test_errors_newest_first_with_filters_a_header_and_a_total(shop):
     text = inorder(env, "errors", "--limit", "3").stdout.splitlines()
     assert text[0].split() == ["id", "kind", "view", "stream", "seq", "batch:line", "logged", "at", "reason"]
     assert [int(line.split()[0]) for line in text[2:5]] == [row[0] for row in stored[:3]]
-    assert text[5:] == [f"{len(stored)} errors, 3 shown (--limit 3); newest first"]
+    assert text[5:] == [f"{len(stored):,} error log rows (a parked message logs one per failed attempt), 3 shown "
+                        "(--limit 3); newest first"]
 
 
 def test_pending_lists_blocked_and_parked_streams_oldest_first(shop):
@@ -234,7 +241,8 @@ def test_pending_lists_blocked_and_parked_streams_oldest_first(shop):
     assert [line.split()[1] for line in text[2:4]] == [s["stream_id"] for s in orders["streams"]]
     assert all(line.split()[-1] == "parked" for line in text[2:4] if line.split()[1] in {
         s["stream_id"] for s in orders["streams"] if s["parked"]})
-    assert text[4:] == [f"{orders['total']} blocked streams, 2 shown (--limit 2); oldest blocked first; "
+    assert text[4:] == [f"{orders['total']} streams cannot move on: {orders['blocked']} blocked by a gap, "
+                        f"{orders['parked']} parked, 2 shown (--limit 2); oldest blocked first; "
                         "times are logical (the batches' received_at)"]
 
 
@@ -247,8 +255,9 @@ def test_blocked_streams_markdown_for_the_views_metadata(shop):
         con.close()
     assert blocked.total > 3
     lines = blocked_streams_markdown(blocked).splitlines()
-    assert lines[0] == "| view | stream | waiting for seq | pending | blocked since | times out at |"
-    assert [line.split(" | ")[1] for line in lines[2:5]] == [s.stream_id for s in blocked.oldest]
+    assert lines[0] == blocked.describe() and lines[1] == ""
+    assert lines[2] == "| view | stream | waiting for seq | pending | blocked since | times out at |"
+    assert [line.split(" | ")[1] for line in lines[4:7]] == [s.stream_id for s in blocked.oldest]
     assert lines[-1] == f"… and {blocked.total - 3} more (`inorder pending`)"
 
 
@@ -257,8 +266,9 @@ def test_an_unknown_view_or_kind_is_refused_listing_the_known_ones(shop):
     for command in (["errors", "--view", "nope"], ["pending", "--view", "nope"], ["retry", "--view", "nope", "--all"],
                     ["skip", "--view", "nope", "--stream", "x"], ["rebuild", "nope"], ["publish", "--full", "nope"]):
         assert inorder(env, *command, code=1).stderr.splitlines() == [UNKNOWN_VIEW], command
-    kind = inorder(env, "errors", "--kind", "nope", code=2).stderr.splitlines()[-1]
-    assert kind.endswith("invalid choice: 'nope' (choose from 'malformed', 'handler_error', 'late', 'conflict')")
+    (kind,) = inorder(env, "errors", "--kind", "nope", code=2).stderr.splitlines()  # one line, no usage
+    assert kind == ("inorder errors: error: argument --kind: invalid choice: 'nope' (choose from 'malformed', "
+                    "'handler_error', 'late', 'conflict') (`inorder errors --help` lists the options)")
 
 
 def test_a_folder_that_is_not_a_home_is_refused_in_one_line_and_left_alone(tmp_path):

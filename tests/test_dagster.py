@@ -95,8 +95,9 @@ def test_materialize_end_to_end_then_again_changes_nothing(spark, tmp_path):
         assert f"run/{name}" in accounts, name
     for name in ("applied", "ignored", "handler_error", "duplicate", "late", "conflict"):  # as `inorder status`
         assert accounts[f"total/{name}"] == status["accounts"].outcomes[name], name
-    assert (accounts["total/selected"], accounts["total/pending"], accounts["total/streams"], accounts["total/rows"]) \
-        == (status["accounts"].selected, status["accounts"].pending, status["accounts"].streams, status["accounts"].rows)
+    assert (accounts["total/selected"], accounts["total/pending"], accounts["total/streams"], accounts["rows/accounts"]) \
+        == (status["accounts"].selected, status["accounts"].pending, status["accounts"].streams,
+            status["accounts"].rows["accounts"])
     assert accounts["run/selected"] == accounts["total/selected"]  # the first run did all of it
     assert accounts["lag/entries"] == 0 and accounts["lag/ingestion_seconds"] >= 0
     assert "lag/event_time_seconds" in accounts and "newest_errors" in accounts
@@ -474,7 +475,15 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     (failure,) = [e for e in bad.all_events if e.is_step_failure]
     data = failure.step_failure_data.user_failure_data
     assert data.description.startswith("batch bad was rejected: ") and "parquet" in data.description.lower()
+    assert data.description.endswith(". Next: fix the file and drop it into the landing folder again under a new "
+                                     "name (its name is in the ingest log now, and a name is never read twice).")
     assert data.metadata["status"].value == "rejected" and data.metadata["rejected_reason"].value
+    error = failure.step_failure_data.error  # the Failure itself: no exception of inorder's behind it
+    assert error.cls_name == "Failure" and error.cause is None and error.context is None
+    # the reason is on the failed partition, where the UI's partition panel shows it
+    (record,) = instance.fetch_observations(dg.AssetRecordsFilter(
+        asset_key=dg.AssetKey("event_batches"), asset_partitions=["bad"]), limit=10).records
+    assert record.asset_observation.metadata["rejected_reason"].value in data.description
     # the next batch's check reports the rejection since it last ran, once
     later = ingest("later")
     (check,) = later.get_asset_check_evaluations()
@@ -542,6 +551,8 @@ def test_one_run_ingests_a_range_and_a_rejected_file_fails_only_its_partition(tm
     failure = next(e for e in run.all_events if e.is_step_failure)
     assert failure.step_key == "event_batches" and "batch b2 was rejected" in \
         failure.step_failure_data.user_failure_data.description
+    assert failure.step_failure_data.user_failure_data.description.endswith(
+        "; the batches this run archived (b1, b3) are not lost: the `project_after_rejection` sensor projects them.")
     with Store.open(home, BANK_VIEWS) as store:
         assert store.con.execute("SELECT batch_id, status FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == [
             ("b1", "archived"), ("b2", "rejected"), ("b3", "archived")]

@@ -130,7 +130,9 @@ def test_a_changed_shop_view_is_noticed_refused_and_rebuilt_while_a_reader_reads
     refused = inorder(table, "run", "--now", "2026-11-02T00:05:00Z", expect=4)
     lines = [line for line in refused.stderr.splitlines() if "orders" in line and not line.startswith("[")]
     assert lines == ["inorder: view orders: table orders: column channel VARCHAR added; its rows were built with "
-                     "the old tables, so it is not projected (run `inorder rebuild orders`)"]
+                     "the old tables, so it is not projected (run `inorder rebuild orders`; or, if the rows "
+                     "already stored are right with NULL there, declare `migrations=(add_column(\"orders\", "
+                     "\"channel\"),)` on the view and run again: no rebuild)"]
     assert orders_code(table)["change"] == "tables"
 
     rebuilt = rebuild_under_a_reader(home, table, "orders", ["orders"])

@@ -101,9 +101,13 @@ def test_a_change_is_classified_and_named():
     assert table.refused and table.what == "table orders: column channel VARCHAR added"
     refusal = table.refusal()
     assert "\n" not in refusal and "`inorder rebuild orders`" in refusal and "channel" in refusal
+    # a nullable column added, and nothing else: the migration that needs no rebuild is offered too
+    assert refusal.endswith('; or, if the rows already stored are right with NULL there, declare '
+                            '`migrations=(add_column("orders", "channel"),)` on the view and run again: no rebuild)')
     assert compare(changed_orders("migration"), row).change == "migration"
     typed = compare(replace(ORIGINAL, **CHANGES_THAT_COUNT["a column's type"]), row)
     assert typed.refused and "total DECIMAL(12,2) -> DECIMAL(14,2)" in typed.what
+    assert "add_column" not in typed.refusal()  # a type changed: only a rebuild fits
     # a migration that declares more than a nullable column added is refused, not applied
     both = replace(changed_orders("migration"), tables=(replace(changed_orders("migration").tables[0],
                                                                 primary_key=("order_id", "customer_id")),))

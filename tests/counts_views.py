@@ -1,0 +1,32 @@
+"""A test view beside the bank's (tests/test_counts.py): two tables, so a view's rows are counted per table,
+and a handler with a bug, so a stream parks and every retry of it logs one more error row. Its handlers
+run on Spark's Python workers, where this module is importable as `tests.counts_views`."""
+
+from __future__ import annotations
+
+from pipelines.view import Table, View
+from views.money import amount_of
+
+BUG_ABOVE = 1000  # a deposit over this reads a payload field that no message has: a KeyError, a bug
+
+AUDIT = View(
+    name="audit",
+    tables=(Table("audit_accounts", {"account_id": "VARCHAR", "deposits": "BIGINT"}, ("account_id",),
+                  stream_key="account_id"),
+            Table("audit_types", {"event_type": "VARCHAR", "n": "BIGINT"}, ("event_type",), kind="aggregate")),
+    subscribes=("account",))
+
+
+@AUDIT.handles("AccountOpened")
+def opened(event, tables) -> None:
+    tables.audit_accounts.put({"account_id": event.stream_id, "deposits": 0})
+    tables.audit_types.add({"event_type": event.event_type}, n=1)
+
+
+@AUDIT.handles("Deposited")
+def deposited(event, tables) -> None:
+    if amount_of(event) > BUG_ABOVE:  # a refused amount is a Reject (amount_of)
+        _ = event.payload["currency"]  # the bug
+    row = tables.audit_accounts.get(event.stream_id)
+    tables.audit_accounts.put({**row, "deposits": row["deposits"] + 1})
+    tables.audit_types.add({"event_type": event.event_type}, n=1)

@@ -1,0 +1,172 @@
+"""One count, one name: `inorder status`, `pending` and `errors` (text and --json) and the views' Dagster
+materialisation metadata give the same numbers for the same things, on one real store built by
+`inorder run` (Spark, through Dagster): the bank's views and tests/counts_views.py's `audit` over a
+few accounts with a business refusal, a bug (retried once, so it logs two rows), a gap that blocks
+the stream in every view, and a landing file that cannot be read."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tests.builders import dep, msg, opened, wd
+from tests.test_cli_scripting import as_json, environment, inorder
+
+VIEWS = ("accounts", "account_activity", "daily_totals", "audit")
+FIRST = [opened("acct-1"), dep("acct-1", 2, 50), wd("acct-1", 3, 500),  # insufficient funds: a reject
+         opened("acct-2"), dep("acct-2", 3, 10),  # seq 2 never comes: blocked in every view
+         opened("acct-3"), dep("acct-3", 2, 5000), dep("acct-3", 3, 5),  # a bug in audit: parked there
+         opened("acct-4"), dep("acct-4", 2, "abc")]  # not an amount: a reject in every view
+SECOND = [opened("acct-5"), msg("acct-5", 2, "Deposited", amount=7)]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    home = tmp_path_factory.mktemp("counts") / "home"
+    env = {**environment(home), "INORDER_VIEWS": "views,tests.counts_views"}
+    inorder(env, "init", str(home))
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in FIRST))
+    (home / "landing" / "broken.parquet").write_bytes(b"not parquet at all")
+    inorder(env, "run", "--now", "2026-11-02T00:00:00Z")
+    retried = inorder(env, "retry", "--view", "audit", "--all").stdout  # the bug is still there: a second error row
+    assert retried.splitlines() == [
+        "retry of 1 parked stream of audit committed: 1 stream parked again: the retried message failed again "
+        "(acct-3 seq 2, attempt 2; `inorder errors --view audit --kind handler_error` says why)"]
+    (home / "landing" / "b2.jsonl").write_text("".join(line + "\n" for line in SECOND))
+    inorder(env, "run", "--now", "2026-11-02T00:01:00Z")  # its metadata holds the totals after the retry
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
+    metadata = {}
+    for key in (*VIEWS, "errors"):
+        event = instance.get_latest_materialization_event(dg.AssetKey(key))
+        metadata[key] = {name: value.value for name, value in event.asset_materialization.metadata.items()}
+    return env, as_json(env, "status"), metadata
+
+
+def test_the_scenario_has_every_kind_of_count(scenario):
+    _, status, _ = scenario
+    views = status["views"]
+    assert sorted(v["view"] for v in views) == sorted(VIEWS) and [r["batch_id"] for r in status["rejected"]] == ["broken"]
+    counts = {v["view"]: (v["rejects"], v["bugs"], v["blocked_streams"], v["parked_streams"]) for v in views}
+    assert counts == {"accounts": (2, 0, 1, 0), "account_activity": (1, 0, 1, 0), "daily_totals": (1, 0, 1, 0),
+                      "audit": (1, 1, 1, 1)}
+    (audit,) = [v for v in views if v["view"] == "audit"]
+    # the outcome counts a message the watermark moved past; the log, every failed attempt
+    assert audit["outcomes"]["handler_error"] == 1 and audit["errors_by_kind"] == {"handler_error": 3}
+    assert audit["rows"] == {"audit_accounts": 5, "audit_types": 2}
+
+
+def test_status_pending_errors_and_the_dagster_metadata_agree(scenario):
+    env, status, metadata = scenario
+    every = as_json(env, "pending", "--limit", "100000")
+    assert every["total"] == every["blocked"] + every["parked"] == len(every["streams"])
+    assert every["blocked"] == sum(v["blocked_streams"] for v in status["views"])
+    assert every["parked"] == sum(v["parked_streams"] for v in status["views"])
+    assert every["distinct_streams"] == len({s["stream_id"] for s in every["streams"]})
+    for v in status["views"]:
+        name, meta = v["view"], metadata[v["view"]]
+        pending = as_json(env, "pending", "--view", name, "--limit", "100000")
+        assert (pending["blocked"], pending["parked"]) == (v["blocked_streams"], v["parked_streams"]) == (
+            meta["total/blocked_streams"], meta["total/parked_streams"]), name
+        assert sum(not s["parked"] for s in pending["streams"]) == pending["blocked"]
+        refused = as_json(env, "errors", "--view", name, "--kind", "handler_error", "--limit", "100000")
+        assert refused["total"] == v["errors_by_kind"].get("handler_error", 0) == len(refused["errors"])
+        newest_class = {}
+        for e in reversed(refused["errors"]):  # oldest first: a message's class is its newest attempt's
+            newest_class[(e["stream_id"], e["seq"])] = e["error_class"]
+        classes = list(newest_class.values())
+        assert (classes.count("reject"), classes.count("bug")) == (v["rejects"], v["bugs"]) == (
+            meta["total/rejects"], meta["total/bugs"]), name
+        assert v["outcomes"]["handler_error"] == meta["total/handler_error"]
+        assert v["rows"] == {key.removeprefix("rows/"): n for key, n in meta.items() if key.startswith("rows/")}
+        assert meta.get("dagster/row_count") == (next(iter(v["rows"].values())) if len(v["rows"]) == 1 else None)
+    logged = as_json(env, "errors", "--limit", "0")
+    assert logged["total"] == metadata["errors"]["total"] == sum(
+        n for v in status["views"] for n in v["errors_by_kind"].values()) + metadata["errors"].get("kind/malformed", 0)
+    assert metadata["errors"]["rejected_batches"] == len(status["rejected"])
+
+
+def test_a_run_whose_checks_failed_is_tagged_so_it_does_not_look_plain_green(scenario):
+    from assets.sensors import CHECKS_TAG, FAILED_CHECKS_TAG, tag_runs_whose_checks_failed
+
+    env, _, _ = scenario
+    instance = dg.DagsterInstance.from_config(str(Path(env["INORDER_HOME"]) / "dagster"))
+    (run,) = instance.get_runs(limit=1)  # the second `inorder run`'s: a success, its checks not all passed
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    verdicts = [e.dagster_event.event_specific_data for e in
+                instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
+    failed = sorted(f"{v.asset_key.to_user_string()}.{v.check_name}" for v in verdicts
+                    if not v.passed and v.severity == dg.AssetCheckSeverity.ERROR)
+    warned = sum(not v.passed and v.severity == dg.AssetCheckSeverity.WARN for v in verdicts)
+    assert warned >= 1  # audit's parked stream
+    expected = {CHECKS_TAG: f"{len(failed)} failed, {warned} warned"}
+    assert run.tags[CHECKS_TAG] == expected[CHECKS_TAG] and failed  # by the CLI; and which failed, in at most 200
+    listed = run.tags[FAILED_CHECKS_TAG]
+    assert len(listed) <= 200 and ", ".join(failed).startswith(listed.removesuffix("…")) and failed[0] in listed
+    success = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS).records[0]
+    said = tag_runs_whose_checks_failed(dg.build_run_status_sensor_context(  # and by the sensor, for the daemon's
+        sensor_name="tag_runs_whose_checks_failed", dagster_event=success.event_log_entry.dagster_event,
+        dagster_instance=instance, dagster_run=run))
+    assert said.skip_message == f"tagged {expected[CHECKS_TAG]}"
+
+
+def test_newest_errors_in_the_metadata_show_the_reason_before_the_columns_a_panel_can_cut(scenario):
+    _, _, metadata = scenario
+    own = metadata["audit"]["newest_errors"].splitlines()
+    assert own[0] == "| id | kind | stream | seq | reason | batch:line | logged at |"
+    assert any("| KeyError: " in line for line in own[2:])  # the bug's reason, in its column
+    assert metadata["errors"]["newest_errors"].splitlines()[0] == \
+        "| id | kind | view | stream | seq | reason | batch:line | logged at |"
+
+
+def test_the_text_says_what_each_number_counts_and_fits_100_columns(scenario):
+    env, status, _ = scenario
+    text = inorder(env, "status").stdout.splitlines()
+    top = next(i for i, line in enumerate(text) if line.startswith("view "))
+    assert max(len(line) for line in text[top:top + len(status["views"]) + 1]) <= 100  # the table
+    header = text[top].split()
+    assert header == ["view", "streams", "selected", "applied", "rejects", "bugs", "pending", "blocked", "parked",
+                      "conserved"]
+    for v in status["views"]:
+        (row,) = [line.split() for line in text if re.match(rf"^{v['view']}\s+\d", line)]
+        cells = dict(zip(header, row))
+        assert [int(cells[c].replace(",", "")) for c in ("rejects", "bugs", "blocked", "parked")] == [
+            v["rejects"], v["bugs"], v["blocked_streams"], v["parked_streams"]]
+        rows = ", ".join(f"{t} {n:,}" for t, n in v["rows"].items())
+        assert any(line.startswith(f"{v['view']}: rows {rows}; error log rows ") for line in text)
+    wide = next(line for line in inorder(env, "status", "--wide").stdout.splitlines() if line.startswith("view "))
+    wide = wide.split()
+    assert {"ignored", "handler_error", "dupes", "late", "conflicts", "gaps"} <= set(wide)
+    every = as_json(env, "pending", "--limit", "0")
+    summary = inorder(env, "pending", "--limit", "0").stdout.splitlines()[-1]
+    assert summary.startswith(f"{every['total']:,} (view, stream) pairs ({every['distinct_streams']:,} distinct "
+                              f"streams) cannot move on: {every['blocked']:,} blocked by a gap, "
+                              f"{every['parked']:,} parked")
+
+
+def test_a_rebuild_warns_of_parked_streams_without_calling_it_a_failure_and_keeps_each_errors_key(scenario):
+    """Runs last: it rebuilds `audit`. A rebuild logs the view's error rows anew, so an error_id may not
+    survive it (docs/CLI.md); the key that does is (view, stream_id, seq, kind, attempt)."""
+    env, _, _ = scenario
+
+    def keyed() -> dict[tuple, int]:
+        rows = as_json(env, "errors", "--view", "audit", "--limit", "100000")["errors"]
+        attempts: dict[tuple, int] = {}
+        found = {}
+        for e in reversed(rows):  # oldest first: the n-th row of a message is its n-th attempt
+            key = (e["view"], e["stream_id"], e["seq"], e["kind"])
+            attempts[key] = attempts.get(key, 0) + 1
+            found[(*key, attempts[key])] = e["error_id"]
+        return found
+
+    before = keyed()
+    summary = inorder(env, "rebuild", "audit").stdout.splitlines()[-1]
+    checks = re.search(r"checks: (\d+) of (\d+) passed(?: \(failed: ([^)]*)\))? \(warning, not a failure: ([^)]*)\)$",
+                       summary)
+    assert checks, summary
+    passed, ran, failed = int(checks[1]), int(checks[2]), (checks[3] or "").split(", ")
+    assert checks[4] == "no_parked_streams" and "no_parked_streams" not in failed  # audit parks acct-3
+    assert passed == ran - 1 - len([name for name in failed if name]), summary
+    assert set(keyed()) == set(before)  # the same rows, by their stable key (their error_id may differ)
