@@ -111,12 +111,11 @@ class ViewVersion:
         if self.refused:
             return f"tables changed ({self.what}): refused until `inorder rebuild {self.view}`"
         if self.newer is not None:
-            mixed = f"built by older code since batch {self.since_batch}"
+            mixed = f"mixed code: rows before batch {self.since_batch} were built by older code ({self.stored})"
             if self.newer != self.code:
-                return f"{mixed} (code {self.newer}); the code changed again ({self.code}); " \
-                       f"`inorder rebuild {self.view}` rebuilds it"
-            return f"{mixed}: rows before it were built by {self.stored}, later ones by this code " \
-                   f"({self.what}); `inorder rebuild {self.view}` rebuilds it"
+                return f"{mixed}, rows from it on by code {self.newer}, and the code changed again " \
+                       f"({self.code}); `inorder rebuild {self.view}` rebuilds it"
+            return f"{mixed}, rows from it on by this code ({self.what}); `inorder rebuild {self.view}` rebuilds it"
         if self.change == "code":
             return f"code changed ({self.what}): built by older code ({self.stored}); " \
                    f"the next run projects with this code, `inorder rebuild {self.view}` rebuilds it"

@@ -169,7 +169,8 @@ def test_a_changed_handler_goes_on_and_says_since_which_batch(spark, tmp_path, b
     orders = after["orders"]
     assert (orders.stored, orders.newer, orders.since_batch) == (fingerprint(ORIGINAL), fingerprint(changed[-1]),
                                                                  batches[2].stem)
-    assert f"built by older code since batch {batches[2].stem}" in orders.describe() and not orders.matches
+    assert (f"mixed code: rows before batch {batches[2].stem} were built by older code ({fingerprint(ORIGINAL)}), "
+            "rows from it on by this code") in orders.describe() and not orders.matches
     assert all(after[v.name].matches for v in OTHERS)
     with Store.open_read_only(home) as store:  # the rows placed by batch 3 were built by the new handler
         placed = store.con.execute("SELECT count(*) FILTER (WHERE customer_id = upper(customer_id)), count(*) "
