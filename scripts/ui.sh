@@ -35,6 +35,11 @@ if [ "${INORDER_UI_WARM_SPARK:-1}" != 0 ] && ! inorder spark status >/dev/null; 
 fi
 echo "ui: serving the Dagster UI at http://127.0.0.1:${PORT:-3000} for the home $INORDER_HOME" \
      "(DAGSTER_HOME $DAGSTER_HOME); Ctrl-C stops it" >&2
+if [ "$(home_kind "$INORDER_HOME")" = demo ]; then
+  # the demo's runs are at fixed logical times; the UI's runs (sensor, tick schedule) use the wall clock
+  echo "ui: the demo projected at logical time 2026-11-02T00:16Z; runs from the UI take the wall clock as" \
+       "theirs, so the first one times out every gap still buffered (gaps skipped, reason timeout): expected" >&2
+fi
 # quiet: the services log warnings and errors only (an idle daemon would log every skipped sensor
 # evaluation, about once a second). `dagster dev` says to use `dg dev`, which lives in dagster-dg-cli,
 # a package the pinned Dagster (1.13.27) does not need and requirements.lock does not carry: `dagster
