@@ -6,6 +6,7 @@ the stream in every view, and a landing file that cannot be read."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from tests.builders import dep, msg, opened, wd
 from tests.test_cli_scripting import as_json, environment, inorder
 
+REPO = Path(__file__).resolve().parents[1]
 VIEWS = ("accounts", "account_activity", "daily_totals", "audit")
 FIRST = [opened("acct-1"), dep("acct-1", 2, 50), wd("acct-1", 3, 500),  # insufficient funds: a reject
          opened("acct-2"), dep("acct-2", 3, 10),  # seq 2 never comes: blocked in every view
@@ -26,7 +28,9 @@ SECOND = [opened("acct-5"), msg("acct-5", 2, "Deposited", amount=7)]
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     home = tmp_path_factory.mktemp("counts") / "home"
-    env = {**environment(home), "INORDER_VIEWS": "views,tests.counts_views"}
+    # the subprocesses import tests.counts_views from this repository, wherever they start
+    env = {**environment(home), "INORDER_VIEWS": "views,tests.counts_views",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     inorder(env, "init", str(home))
     (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in FIRST))
     (home / "landing" / "broken.parquet").write_bytes(b"not parquet at all")
