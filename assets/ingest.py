@@ -82,7 +82,8 @@ with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinn
             return
         # a rejected file fails its partition, never shows as a green batch: the step fails, and only the
         # batches it archived are materialised (the failure marks the others of the run failed); the
-        # partition keeps its reason as an observation, which the UI's partition panel shows
+        # partition keeps its reason as an observation (the asset's events; the partition panel shows only
+        # materialisations, docs/DAGSTER.md)
         for key, metadata in archived.items():
             context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
         for key, metadata in rejected.items():
