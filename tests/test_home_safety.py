@@ -349,10 +349,12 @@ def test_a_home_records_its_views_so_a_new_shell_needs_nothing_exported(tmp_path
 def test_mistyped_arguments_get_the_clis_own_line_with_a_suggestion(shop_store):
     env = environment(shop_store, "shop.views")
     typo = inorder(env, "stauts")
-    assert typo.returncode == 2 and typo.stderr.splitlines()[-1].endswith("did you mean 'status'?")
+    assert typo.returncode == 2 and typo.stderr.splitlines()[-1].endswith(
+        "did you mean 'status'? (`inorder --help` lists the options)")
     negative = inorder(env, "errors", "--limit", "-1")
     assert negative.returncode == 2 and negative.stderr.splitlines()[-1] == \
-        "inorder errors: error: argument --limit: -1 is negative: give 0 or more"
+        "inorder errors: error: argument --limit: -1 is negative: give 0 or more " \
+        "(`inorder errors --help` lists the options)"
     batch = inorder(env, "errors", "--batch", "nosuch")
     assert batch.returncode == 1 and batch.stderr.splitlines()[-1] == \
         "inorder: error: no batch 'nosuch' in the ingest log (`inorder status` lists the batches)"

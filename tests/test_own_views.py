@@ -144,4 +144,4 @@ def test_the_readme_tutorial_runs_as_written(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"^carrier\s+1\s+2\s+2\s", done.stdout, re.M), done.stdout  # 1 stream, 2 selected, 2 applied
-    assert "0 errors" in done.stdout and "unrouted: none (the views subscribe to shipment)" in done.stdout
+    assert "0 error log rows" in done.stdout and "unrouted: none (the views subscribe to shipment)" in done.stdout
