@@ -63,9 +63,17 @@ class StreamState:
     def loaded(cls, watermark: dict, skipped: list[tuple[int, int]], first_seq: int) -> "StreamState":
         """The state a pass starts a stream from: its watermark as the walk emitted it (empty for a stream
         the view never saw) and its logged gap ranges in seq order, a list of its own (the walk appends)."""
-        return cls(stream_type=watermark.get("stream_type"), last_seq=watermark.get("last_seq", first_seq - 1),
-                   blocked_at=watermark.get("blocked_at"), blocked_since_us=watermark.get("blocked_since_us"),
-                   parked=bool(watermark.get("parked")), attempts=watermark.get("attempts") or 0, skipped=skipped)
+        return cls.watermarked(watermark.get("stream_type"), watermark.get("last_seq"), watermark.get("blocked_at"),
+                               watermark.get("blocked_since_us"), watermark.get("parked"), watermark.get("attempts"),
+                               skipped, first_seq)
+
+    @classmethod
+    def watermarked(cls, stream_type: str | None, last_seq: int | None, blocked_at: int | None,
+                    blocked_since_us: int | None, parked: bool | None, attempts: int | None,
+                    skipped: list[tuple[int, int]], first_seq: int) -> "StreamState":
+        """`loaded`, from the watermark's fields (`last_seq` None: a stream the view never saw)."""
+        return cls(stream_type, first_seq - 1 if last_seq is None else last_seq, blocked_at, blocked_since_us,
+                   bool(parked), attempts or 0, skipped)
 
 
 def _in_skipped(ranges: list[tuple[int, int]], seq: int) -> bool:

@@ -240,12 +240,9 @@ def _state_sql(view: View, layout: Layout) -> str:
 
 def _decode_state(view: View, row: dict, first_seq: int) -> StreamState:
     """A STATE input row (its blocked_since in microseconds) as the walk starts from it."""
-    if row["last_seq"] is None:  # rows but no watermark
-        state = StreamState(last_seq=first_seq - 1)
-    else:
-        state = StreamState(row["stream_type"], row["last_seq"], row["blocked_at"], row["blocked_since"],
-                            bool(row["parked"]), row["attempts"] or 0)
-    state.skipped = [(r["first_missing"], r["last_missing"]) for r in row["skipped"] or ()]
+    state = StreamState.watermarked(  # a stream with rows but no watermark has every watermark field NULL
+        row["stream_type"], row["last_seq"], row["blocked_at"], row["blocked_since"], row["parked"], row["attempts"],
+        [(r["first_missing"], r["last_missing"]) for r in row["skipped"] or ()], first_seq)
     for table in view.tables:
         stored = row.get(row_column(view.name, table.name))
         if stored is None:

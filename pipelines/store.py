@@ -62,9 +62,10 @@ def duckdb_memory_limit(text: str | None) -> str:
     number and a unit (KB, MB, GB, KiB, MiB, GiB…)."""
     if text is None or not text.strip():
         return DEFAULT_DUCKDB_MEMORY
-    if not _MEMORY.fullmatch(text):
+    size = _MEMORY.fullmatch(text)
+    if not size:
         raise ValueError(f"INORDER_DUCKDB_MEMORY must be a size such as 512MiB or 2GB, not {text!r}")
-    return "".join(_MEMORY.fullmatch(text).groups())
+    return "".join(size.groups())
 
 
 @dataclass
