@@ -126,11 +126,11 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, subscribed_type
         # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE pass_prev AS
-            SELECT w.view, w.stream_id, w.last_seq FROM {state}.watermarks w
+            SELECT w.rowid AS row_id, w.view, w.stream_id, w.last_seq FROM {state}.watermarks w
             JOIN pass_out o ON o.kind = {watermark} AND o.view = w.view AND o.stream_id = w.stream_id""")
         crash_point("commit.begun")
-        con.execute(f"""
-            DELETE FROM {state}.watermarks w USING pass_prev t WHERE w.view = t.view AND w.stream_id = t.stream_id""")
+        # by rowid, found in this transaction: no second scan of the whole table
+        con.execute(f"DELETE FROM {state}.watermarks WHERE rowid IN (SELECT t.row_id FROM pass_prev t)")
         con.execute(f"""
             INSERT INTO {state}.watermarks (view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked,
                                             pending_count, updated_entry, prev_last_seq, attempts)

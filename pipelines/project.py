@@ -189,6 +189,22 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
               JOIN pass_todo t ON t.entry_idx = m.entry_idx
               JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
 
+    # The touched streams' watermarks and skipped ranges, found with one scan of each table for all views:
+    # the scan grows with the store, so each table is scanned once, on its key columns alone, and the
+    # found rows fetched by rowid (a join on the key would read every column of every row).
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE pass_watermarks AS
+        SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts
+        FROM {layout.state}.watermarks w WHERE w.rowid IN (
+            SELECT k.rowid FROM {layout.state}.watermarks k
+            JOIN pass_streams s ON s.view = k.view AND s.stream_id = k.stream_id)""")
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE pass_skipped AS
+        SELECT g.view, g.stream_id, list(struct_pack(first_missing := g.first_missing, last_missing := g.last_missing)
+                                         ORDER BY g.first_missing, g.last_missing) AS skipped
+        FROM {layout.state}.gaps g JOIN pass_streams s ON s.view = g.view AND s.stream_id = g.stream_id
+        GROUP BY g.view, g.stream_id""")
+
     # the touched state, typed, written by DuckDB itself where the executors read it (docs/STORE.md, "The pass")
     scratch = pass_folder(home, layout)
     shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
@@ -206,15 +222,17 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
 
 
 def _state_sql(view: View, layout: Layout) -> str:
-    """The STATE rows (pipelines/pass_data.py) of `view`'s streams in `pass_streams`: its watermark, logged
-    gap ranges, a keyed table's rows and an append table's newest row. A stream with rows but no watermark
-    (rows written outside inorder) has a state too: a keyed table is rewritten per stream."""
+    """The STATE rows (pipelines/pass_data.py) of `view`'s streams in `pass_streams`: its watermark and logged
+    gap ranges (`pass_watermarks`, `pass_skipped`), a keyed table's rows and an append table's newest row. A
+    stream with rows but no watermark (rows written outside inorder) has a state too: a keyed table is
+    rewritten per stream."""
     joins, columns, present = [], [], []
     for i, table in enumerate(t for t in view.tables if t.kind != "aggregate"):
         rows, key = f"t{i}", f'r."{table.stream_key}"'
         row = "struct_pack(" + ", ".join(f'"{c}" := r."{c}"' for c in table.columns) + ")"
         stored = layout.table(table.name) if table.kind == "keyed" else layout.newest_rows(table.name)
-        source = f"FROM {stored} r JOIN pass_streams s ON s.view = '{view.name}' AND s.stream_id = {key}"
+        source = (f"FROM {stored} r WHERE r.rowid IN (SELECT k.rowid FROM {stored} k JOIN pass_streams s "
+                  f"ON s.view = '{view.name}' AND s.stream_id = k.\"{table.stream_key}\")")  # as pass_watermarks
         if table.kind == "keyed":
             order = ", ".join(f'r."{c}"' for c in table.primary_key)
             sub = f"SELECT {key} AS stream_id, list({row} ORDER BY {order}) AS state {source} GROUP BY {key}"
@@ -228,12 +246,8 @@ def _state_sql(view: View, layout: Layout) -> str:
                0::BIGINT AS line, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts,
                g.skipped{''.join(columns)}
         FROM pass_streams s
-        LEFT JOIN {layout.state}.watermarks w ON w.view = s.view AND w.stream_id = s.stream_id
-        LEFT JOIN (SELECT g.stream_id, list(struct_pack(first_missing := g.first_missing,
-                                                        last_missing := g.last_missing)
-                                            ORDER BY g.first_missing, g.last_missing) AS skipped
-                   FROM {layout.state}.gaps g JOIN pass_streams s ON s.view = g.view AND s.stream_id = g.stream_id
-                   WHERE g.view = '{view.name}' GROUP BY g.stream_id) g ON g.stream_id = s.stream_id
+        LEFT JOIN pass_watermarks w ON w.view = s.view AND w.stream_id = s.stream_id
+        LEFT JOIN pass_skipped g ON g.view = s.view AND g.stream_id = s.stream_id
         {' '.join(joins)}
         WHERE s.view = '{view.name}' AND (w.stream_id IS NOT NULL{''.join(present)})"""
 
