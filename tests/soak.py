@@ -9,6 +9,7 @@ the end, and memory must not grow with the number of batches.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -120,6 +121,7 @@ def jvm_retained_mb(spark) -> float:
 
 
 def memory_sample(spark, entries: int) -> MemorySample:
+    gc.collect()  # what is retained, not what a collection would free
     driver = rss_bytes(os.getpid())
     total = driver + sum(rss_bytes(p) for p in descendants(os.getpid()))
     return MemorySample(entries, round(driver / 2**20, 1), round(jvm_retained_mb(spark), 1), round(total / 2**20, 1))
