@@ -253,6 +253,13 @@ def normalise(record: Any, mapping: SourceMapping) -> tuple:
     return stream_id, stream_type, seq, event_type, payload_text, occurred_at, event_id
 
 
+def _as_value(exc: Malformed) -> Malformed:
+    """A caught Malformed kept as a value (a line's verdict): without its traceback and context, whose frames
+    (through their callers') would hold the whole file's lines in a reference cycle until a full collection."""
+    exc.__traceback__ = exc.__context__ = None
+    return exc
+
+
 def _normalised(record: Any, mapping: SourceMapping) -> tuple | Malformed:
     """`normalise` of a parsed record (or the Malformed it already is), with the reason as a value."""
     if isinstance(record, Malformed):
@@ -260,7 +267,7 @@ def _normalised(record: Any, mapping: SourceMapping) -> tuple | Malformed:
     try:
         return normalise(record, mapping)
     except Malformed as exc:
-        return exc
+        return _as_value(exc)
 
 
 # one decoder for every line (json.loads with options would build a new one per call)
@@ -311,7 +318,7 @@ def _jsonl_record(raw: bytes, mapping: SourceMapping) -> Any:
             raise Malformed("empty line")
         return _parse_json_line(text)
     except Malformed as exc:
-        return exc
+        return _as_value(exc)
 
 
 # The fast path (issue 13): a line whose record is plainly well formed is decoded by msgspec straight into
@@ -437,7 +444,7 @@ def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, byt
                 record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
             yield number, raw, _normalised(record, mapping)
         except Malformed as exc:
-            yield number, raw.encode("utf-8", "surrogateescape"), exc
+            yield number, raw.encode("utf-8", "surrogateescape"), _as_value(exc)
 
 
 def _value_bytes(value: Any) -> int:
@@ -501,7 +508,7 @@ def _parquet_records(path: Path, mapping: SourceMapping) -> Iterator[tuple[int, 
                     record[mapping.payload] = _parse_json_line(payload, MAX_DEPTH - 1)
                 yield number, _raw(json.dumps(record, default=str)), _normalised(record, mapping)
             except Malformed as exc:
-                yield number, _raw(json.dumps(record, default=str)), exc
+                yield number, _raw(json.dumps(record, default=str)), _as_value(exc)
 
 
 CHUNK_RECORDS = 65_536  # records turned into Python objects at a time, then into Arrow
