@@ -4,25 +4,26 @@ One run may materialise a range of partitions (the landing sensor and `inorder r
 per set of new files; so does a backfill): each batch still gets its own materialisation and metadata."""
 
 import warnings
+from typing import Sequence
 
 import dagster as dg
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from assets.partitions import BATCHES, CLI_HOME_TAG, STORE_POOL, run_time
+from assets.partitions import BATCHES
+from assets.tags import CLI_HOME_TAG, STORE_POOL, run_time
 from pipelines.faults import crash_point
 from pipelines.ingest import IngestResult, archive_path
-from pipelines.registry import load_views
 from pipelines.run import ingest_batch
 from pipelines.select import unrouted
 from pipelines.store import Home
-from resources import FoldersResource, ReadStoreResource, inorder_home
+from pipelines.view import View
+from resources import HomeResource
 
-ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 REJECTED_BATCHES = "rejected_batches"  # the Failure's metadata: each rejected batch's own metadata (JSON)
 
 
-def batch_metadata(home: Home, result: IngestResult) -> dict:
+def batch_metadata(home: Home, views: Sequence[View], result: IngestResult) -> dict:
     metadata = {
         "status": dg.MetadataValue.text(result.status),
         "entry_idx": dg.MetadataValue.int(result.entry_idx),
@@ -34,7 +35,7 @@ def batch_metadata(home: Home, result: IngestResult) -> dict:
     if result.status == "rejected":
         metadata["rejected_reason"] = dg.MetadataValue.text(result.reason or "")
         return metadata
-    routed_nowhere = unrouted(result.stream_types, ALL_VIEWS)
+    routed_nowhere = unrouted(result.stream_types, views)
     metadata["normalised"] = dg.MetadataValue.int(result.records - result.malformed)
     metadata["stream_types"] = dg.MetadataValue.json(result.stream_types)
     metadata["unrouted"] = dg.MetadataValue.int(sum(routed_nowhere.values()))
@@ -58,40 +59,50 @@ def rejection_next_step(archived: list[str], by_cli: bool) -> str:
     return f"{step}; the batches this run archived ({', '.join(archived)}) are not lost: {projects}."
 
 
-with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinned): not the users' concern
-    warnings.simplefilter("ignore", dg.BetaWarning)
+def event_batches_asset(views: Sequence[View]) -> dg.AssetsDefinition:
+    """`event_batches`, routing the batches' records to these views."""
+    with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinned): not the users' concern
+        warnings.simplefilter("ignore", dg.BetaWarning)
 
-    @dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},
-              backfill_policy=dg.BackfillPolicy.single_run(),
-              description="A landing batch, normalised and archived as Parquet (entry of the ingest log). "
-                          "A file that cannot be read fails its partition, with the reason.")
-    def event_batches(context: dg.AssetExecutionContext, read_store: ReadStoreResource,
-                      folders: FoldersResource) -> None:
-        home = inorder_home(read_store, folders)
-        archived, rejected = {}, {}
-        keys = context.partition_keys  # in the order the partitions were added: file-name order per set
-        for i, key in enumerate(keys, start=1):
-            result = ingest_batch(home, ALL_VIEWS, key, run_time(context))
-            (rejected if result.status == "rejected" else archived)[key] = batch_metadata(home, result)
-            context.log.info(f"ingest {i}/{len(keys)} {key}: {result.status}, {result.records} records, "
-                             f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
-        crash_point("dagster.ingested")  # every batch of the run archived or rejected, none projected yet
-        if not rejected:
-            for key, metadata in archived.items():
-                context.add_asset_metadata(metadata, partition_key=key)
-            return
-        # a rejected file fails its partition, never shows as a green batch: the step fails, and only the
-        # batches it archived are materialised (the failure marks the others of the run failed); the
-        # partition keeps its reason as an observation (the asset's events; the partition panel shows only
-        # materialisations, docs/DAGSTER.md)
+        @dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},
+                  backfill_policy=dg.BackfillPolicy.single_run(),
+                  description="A landing batch, normalised and archived as Parquet (entry of the ingest log). "
+                              "A file that cannot be read fails its partition, with the reason.")
+        def event_batches(context: dg.AssetExecutionContext, home: HomeResource) -> None:
+            _ingest(context, home.home(), views)
+
+    return event_batches
+
+
+def _ingest(context: dg.AssetExecutionContext, home: Home, views: Sequence[View]) -> None:
+    archived, rejected = {}, {}
+    keys = context.partition_keys  # in the order the partitions were added: file-name order per set
+    for i, key in enumerate(keys, start=1):
+        result = ingest_batch(home, views, key, run_time(context))
+        (rejected if result.status == "rejected" else archived)[key] = batch_metadata(home, views, result)
+        context.log.info(f"ingest {i}/{len(keys)} {key}: {result.status}, {result.records} records, "
+                         f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
+    crash_point("dagster.ingested")  # every batch of the run archived or rejected, none projected yet
+    if not rejected:
         for key, metadata in archived.items():
-            context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
-        for key, metadata in rejected.items():
-            context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata))
-        reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
-        next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
-        raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False, metadata={
-            REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}
-                                                     for key, m in rejected.items()}),
-            **(next(iter(rejected.values())) if len(rejected) == 1 else {}),
-        })
+            context.add_asset_metadata(metadata, partition_key=key)
+        return
+    _fail_rejected(context, archived, rejected)
+
+
+def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict) -> None:
+    """A rejected file fails its partition, never shows as a green batch: the step fails, and only the
+    batches it archived are materialised (the failure marks the others of the run failed); the
+    partition keeps its reason as an observation (the asset's events; the partition panel shows only
+    materialisations, docs/DAGSTER.md)."""
+    for key, metadata in archived.items():
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
+    for key, metadata in rejected.items():
+        context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata))
+    reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
+    next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
+    raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False, metadata={
+        REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}
+                                                 for key, m in rejected.items()}),
+        **(next(iter(rejected.values())) if len(rejected) == 1 else {}),
+    })

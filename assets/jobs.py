@@ -1,37 +1,65 @@
-"""Jobs: ingest one batch, project (or tick), and rebuild a view."""
+"""Jobs: ingest batches, project (or tick), rebuild views, retry or skip parked streams, and publish to
+PostgreSQL. Every job writes the store, so every one carries STORE_TAGS."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import dagster as dg
 
-from assets.ingest import event_batches
-from assets.partitions import STORE_TAGS
-from assets.views import REBUILD_CONFIG, projections
-from pipelines.registry import load_views
+from assets.tags import STORE_TAGS
+from assets.targets import INGEST_AND_PROJECT, PROJECT
+from assets.views import PUBLISH, REBUILD_CONFIG, action_config
+from pipelines.view import View
 
-ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
+if TYPE_CHECKING:  # what define_asset_job returns (Dagster does not export its name)
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-PROJECTION = dg.AssetSelection.assets(projections)  # the views, and the error and gap logs
-VIEWS = dg.AssetSelection.assets(*(v.name for v in ALL_VIEWS))
-
-# New landing files are ingested and projected in one run (the landing sensor's and `inorder run`'s):
-# a rejected file fails that run and its own partition, never the views' checks, and
-# `project_after_rejection` (assets/sensors.py) projects what the run archived.
-ingest_and_project_job = dg.define_asset_job(
-    "ingest_and_project", selection=dg.AssetSelection.assets(event_batches) | PROJECTION, tags=STORE_TAGS,
-    description="Ingest new landing batches (a range of event_batches partitions), then project every view")
-
-# Ingesting alone (a backfill of event_batches, or by hand): `project_after_ingest` projects after each success.
-ingest_job = dg.define_asset_job(
-    "ingest_batch", selection=dg.AssetSelection.assets(event_batches),
-    tags=STORE_TAGS, description="Ingest landing batches (partitions of event_batches) without projecting")
-
-project_job = dg.define_asset_job(
-    "project_views", selection=PROJECTION, tags=STORE_TAGS,
-    description="Project every archived batch not yet committed; with tag inorder/tick=true, tick first")
+REBUILD, RETRY, SKIP, PUBLISH_JOB = "rebuild_view", "retry_streams", "skip_streams", "publish_views"
 
 
-# Rebuild the views selected in the run (one or several: `asset_selection`, or "Materialize selected"
-# in the job's view in the UI): a materialisation of their assets, so their checks run after it.
-rebuild_job = dg.define_asset_job(
-    "rebuild_view", selection=VIEWS, tags=STORE_TAGS, config=REBUILD_CONFIG,
-    description="Rebuild the selected views from the archive beside the live ones, swap them in at once, "
-                "then run their checks")
+class Jobs(NamedTuple):
+    ingest_and_project: UnresolvedAssetJobDefinition
+    ingest: UnresolvedAssetJobDefinition
+    project: UnresolvedAssetJobDefinition
+    rebuild: UnresolvedAssetJobDefinition
+    retry: UnresolvedAssetJobDefinition
+    skip: UnresolvedAssetJobDefinition
+    publish: UnresolvedAssetJobDefinition
+
+
+def build_jobs(views: Sequence[View], event_batches: dg.AssetsDefinition, projections: dg.AssetsDefinition) -> Jobs:
+    projection = dg.AssetSelection.assets(projections)  # the views, and the error and gap logs
+    selected_views = dg.AssetSelection.assets(*(v.name for v in views))
+
+    def on_views(name: str, config: dict, description: str) -> UnresolvedAssetJobDefinition:
+        """A job that materialises the views selected in its run (one or several: `asset_selection`, or
+        "Materialize selected" in the job's view in the UI), so their checks run after it."""
+        return dg.define_asset_job(name, selection=selected_views, tags=STORE_TAGS, config=config,
+                                   description=description)
+
+    return Jobs(
+        # New landing files are ingested and projected in one run (the landing sensor's and `inorder run`'s):
+        # a rejected file fails that run and its own partition, never the views' checks, and
+        # `project_after_rejection` (assets/sensors.py) projects what the run archived.
+        dg.define_asset_job(
+            INGEST_AND_PROJECT, selection=dg.AssetSelection.assets(event_batches) | projection, tags=STORE_TAGS,
+            description="Ingest new landing batches (a range of event_batches partitions), then project every view"),
+        # Ingesting alone (a backfill of event_batches, or by hand): `project_after_ingest` projects after each success.
+        dg.define_asset_job(
+            "ingest_batch", selection=dg.AssetSelection.assets(event_batches), tags=STORE_TAGS,
+            description="Ingest landing batches (partitions of event_batches) without projecting"),
+        dg.define_asset_job(
+            PROJECT, selection=projection, tags=STORE_TAGS,
+            description="Project every archived batch not yet committed; with tag inorder/tick=true, tick first"),
+        on_views(REBUILD, REBUILD_CONFIG, "Rebuild the selected views from the archive beside the live ones, swap "
+                                          "them in at once, then run their checks"),
+        on_views(RETRY, action_config("retry"), "`inorder retry`: retry the parked streams of the one view selected "
+                                                "(config `streams`; default every one), then run its checks"),
+        on_views(SKIP, action_config("skip"), "`inorder skip`: skip the parked message of the parked streams of the "
+                                              "one view selected (config `streams`; default every one), then run "
+                                              "its checks"),
+        on_views(PUBLISH_JOB, action_config(PUBLISH), "`inorder publish`: bring the selected views' PostgreSQL "
+                                                      "side to DuckDB's newest commit (config `full`: replace that "
+                                                      "view's tables), then run their checks"),
+    )

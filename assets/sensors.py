@@ -4,45 +4,55 @@ them; after an ingest-only run, or one a rejected file failed before it projecte
 import json
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import dagster as dg
 import duckdb
 
-from assets.ingest import event_batches
-from assets.jobs import ingest_and_project_job, ingest_job, project_job
-from assets.partitions import BATCHES, CLI_HOME_TAG, NOW_TAG, run_target
-from pipelines.registry import load_views
+from assets.jobs import Jobs
+from assets.partitions import BATCHES
+from assets.schedules import STORE_WAIT_SECONDS
+from assets.tags import CLI_HOME_TAG, NOW_TAG
+from assets.targets import run_target
 from pipelines.run import plan_run
-from pipelines.store import ENGINE_DDL, Home, Store, StoreBusy
-from resources import FoldersResource, ReadStoreResource, inorder_home
+from pipelines.store import ENGINE_DDL, Store, StoreBusy
+from pipelines.view import View
+from resources import HomeResource
 
-ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
 # a landed file waits at most this long for the sensor: the daemon looks about as often (freshness, issue 13)
 LANDING_INTERVAL_SECONDS = 1
-STORE_WAIT_SECONDS = 10.0  # a sensor or schedule evaluation has 60 s: a store held longer is looked at next time
 
 
 @contextmanager
-def _ingest_log(home: Home) -> Iterator[Store]:
+def _ingest_log(home: HomeResource) -> Iterator[Store]:
     """The store read-only; before the first run, an empty one (nothing is ingested yet)."""
-    if home.database.exists():
-        home.file_wait_seconds = min(home.file_wait_seconds, STORE_WAIT_SECONDS)
-        with Store.open_read_only(home) as store:
+    if home.home().database.exists():
+        with home.open_reader(wait_seconds=STORE_WAIT_SECONDS) as store:
             yield store
         return
     con = duckdb.connect(":memory:")
     con.execute(ENGINE_DDL)
-    with Store(con, None, home, read_only=True) as store:
+    with Store(con, None, home.home(), read_only=True) as store:
         yield store
 
 
-@dg.sensor(jobs=[ingest_and_project_job], minimum_interval_seconds=LANDING_INTERVAL_SECONDS,
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Adds a partition of event_batches per landing file the ingest log does not hold yet "
-                       "(or a changed file's new content) and requests one run that ingests and projects them")
-def landing_sensor(context: dg.SensorEvaluationContext, read_store: ReadStoreResource,
-                   folders: FoldersResource) -> dg.SensorResult | dg.SkipReason:
+def build_sensors(views: Sequence[View], jobs: Jobs) -> list[dg.SensorDefinition]:
+    return [landing_sensor(views, jobs.ingest_and_project), *projection_sensors(jobs), tag_runs_whose_checks_failed]
+
+
+def landing_sensor(views: Sequence[View], ingest_and_project_job) -> dg.SensorDefinition:
+    @dg.sensor(jobs=[ingest_and_project_job], minimum_interval_seconds=LANDING_INTERVAL_SECONDS,
+               default_status=dg.DefaultSensorStatus.RUNNING, name="landing_sensor",
+               description="Adds a partition of event_batches per landing file the ingest log does not hold yet "
+                           "(or a changed file's new content) and requests one run that ingests and projects them")
+    def _landing(context: dg.SensorEvaluationContext, home: HomeResource) -> dg.SensorResult | dg.SkipReason:
+        return _new_landing_files(context, home, views)
+
+    return _landing
+
+
+def _new_landing_files(context: dg.SensorEvaluationContext, home: HomeResource,
+                       views: Sequence[View]) -> dg.SensorResult | dg.SkipReason:
     """What is new is what `inorder run` would ingest (`pipelines.run.plan_run`, read from the ingest
     log): a file already ingested, by the CLI or by an earlier run, never starts a run; a file whose
     stem another file claimed gets its whole name as key (ingested as a visible clash, never skipped);
@@ -51,10 +61,9 @@ def landing_sensor(context: dg.SensorEvaluationContext, read_store: ReadStoreRes
     requested again; the run_key names the run's partitions, so even a lost cursor never launches the
     same batches twice."""
     requested = json.loads(context.cursor) if context.cursor else {}
-    home = inorder_home(read_store, folders)
     try:
         with _ingest_log(home) as store:
-            plan = plan_run(store, home, ALL_VIEWS)
+            plan = plan_run(store, home.home(), views)
     except StoreBusy as busy:
         return dg.SkipReason(f"the read store is busy ({busy}); the next evaluation looks again")
     waiting, fresh = {}, []
@@ -79,22 +88,30 @@ def landing_sensor(context: dg.SensorEvaluationContext, read_store: ReadStoreRes
     )
 
 
-@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_job], request_job=project_job,
-                      minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
-                      description="Projects what each successful ingest_batch run (a backfill of event_batches) "
-                                  "archived (every view; only the views it changes are materialised)")
-def project_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
-    return _projection_after(context.dagster_run)
+def projection_sensors(jobs: Jobs) -> list[dg.SensorDefinition]:
+    """After an ingest-only run, or one a rejected file failed before it projected: a projection run."""
+    @dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[jobs.ingest],
+                          request_job=jobs.project, minimum_interval_seconds=5,
+                          default_status=dg.DefaultSensorStatus.RUNNING, name="project_after_ingest",
+                          description="Projects what each successful ingest_batch run (a backfill of event_batches) "
+                                      "archived (every view; only the views it changes are materialised)")
+    def _after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+        return _projection_after(context.dagster_run)
+
+    @dg.run_failure_sensor(monitored_jobs=[jobs.ingest_and_project], request_job=jobs.project,
+                           minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
+                           name="project_after_rejection",
+                           description="Projects what an ingest_and_project run archived when a rejected file failed "
+                                       "it before its projection step")
+    def _after_rejection(context: dg.RunFailureSensorContext) -> dg.RunRequest | dg.SkipReason:
+        if not any(e.step_key == EVENT_BATCHES_STEP for e in context.get_step_failure_events()):
+            return dg.SkipReason("the run failed after ingesting: projecting again would fail the same way")
+        return _projection_after(context.dagster_run)
+
+    return [_after_ingest, _after_rejection]
 
 
-@dg.run_failure_sensor(monitored_jobs=[ingest_and_project_job], request_job=project_job,
-                       minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
-                       description="Projects what an ingest_and_project run archived when a rejected file failed "
-                                   "it before its projection step")
-def project_after_rejection(context: dg.RunFailureSensorContext) -> dg.RunRequest | dg.SkipReason:
-    if not any(e.step_key == event_batches.key.to_python_identifier() for e in context.get_step_failure_events()):
-        return dg.SkipReason("the run failed after ingesting: projecting again would fail the same way")
-    return _projection_after(context.dagster_run)
+EVENT_BATCHES_STEP = dg.AssetKey("event_batches").to_python_identifier()
 
 
 def _projection_after(run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:

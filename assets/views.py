@@ -5,24 +5,22 @@ the UI marks a view whose code changed since its last materialisation. Materiali
 `rebuild: true` (the `rebuild_view` job), the selected views are rebuilt with no downtime, and their
 checks run after, as after any materialisation."""
 
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
 
 import dagster as dg
+from pydantic import Field
 
 from assets.logs import LOG_METADATA, LOG_SPECS
-from assets.partitions import STORE_POOL, TICK_TAG, run_time
-from pipelines.health import view_lag
-from pipelines.publish import Position, read_positions
-from pipelines.registry import load_views
-from pipelines.run import ProjectionStats, project_views, rebuild
+from assets.tags import STORE_POOL, TICK_TAG, run_time
+from pipelines.health import last_run_counts, view_lag
+from pipelines.publish import Position, Publication, read_positions
+from pipelines.run import ProjectionStats, operator_action, project_views, publish, rebuild
 from pipelines.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
 from pipelines.store import OUTCOME_COLUMNS, Home, Store
 from pipelines.versions import fingerprint
 from pipelines.view import View
-from resources import FoldersResource, ReadStoreResource, SparkResource, inorder_home
-
-ALL_VIEWS = load_views()  # INORDER_VIEWS, read when the code location loads
+from resources import HomeResource, SparkResource
 
 
 def _description(view: View) -> str:
@@ -39,16 +37,15 @@ def _freshness(view: View) -> dg.FreshnessPolicy | None:
                                           warn_window=view.fresh_within)
 
 
-VIEW_SPECS = [
-    dg.AssetSpec(view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"}, skippable=True,
-                 description=_description(view), code_version=fingerprint(view), owners=list(view.owners), tags=dict(view.tags),
-                 freshness_policy=_freshness(view),
-                 metadata={"dagster/column_schema": dg.TableSchema(columns=[
-                     dg.TableColumn(f"{t.name}.{name}" if len(view.tables) > 1 else name, sql_type,
-                                    description=t.descriptions.get(name))
-                     for t in view.tables for name, sql_type in t.columns.items()])})
-    for view in ALL_VIEWS
-]
+def view_spec(view: View) -> dg.AssetSpec:
+    return dg.AssetSpec(
+        view.name, deps=["event_batches"], group_name="views", kinds={"spark", "duckdb"}, skippable=True,
+        description=_description(view), code_version=fingerprint(view), owners=list(view.owners), tags=dict(view.tags),
+        freshness_policy=_freshness(view),
+        metadata={"dagster/column_schema": dg.TableSchema(columns=[
+            dg.TableColumn(f"{t.name}.{name}" if len(view.tables) > 1 else name, sql_type,
+                           description=t.descriptions.get(name))
+            for t in view.tables for name, sql_type in t.columns.items()])})
 
 
 def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], streams_touched: int) -> dict:
@@ -124,39 +121,87 @@ def publication_metadata(position: Position | str | None, error: str | None) -> 
     return metadata
 
 
+
+
+def _position(positions: list[Position] | str | None, i: int) -> Position | str | None:
+    """The i-th view's of `read_positions`, or its error (a string) or None (nothing is published)."""
+    return positions[i] if isinstance(positions, list) else positions
+
+
+def publish_metadata(publication: Publication) -> dict:
+    """What `inorder publish` (the `publish_views` job) sent of the view to PostgreSQL."""
+    return {"publish/entry": dg.MetadataValue.int(publication.entry_idx),
+            "publish/mode": dg.MetadataValue.text(publication.mode),
+            "publish/rows": dg.MetadataValue.int(publication.rows),
+            "publish/seconds": dg.MetadataValue.float(round(publication.seconds, 3))}
+
+
+OPERATOR_ACTIONS = ("retry", "skip")  # of parked streams (`inorder retry`, `inorder skip`)
+PUBLISH = "publish"  # to PostgreSQL (`inorder publish`)
+
+
 class ProjectionConfig(dg.Config):
     rebuild: bool = False
     """Rebuild the selected views from the archive (beside the live ones, swapped in at once) instead
     of projecting what is new: after a change to a view's tables or handlers."""
+    action: str = Field(default="", description="'retry' or 'skip' the parked streams of the one view selected, "
+                                                "or 'publish' the selected views to PostgreSQL; '' projects")
+    streams: Optional[list[str]] = Field(default=None, description="retry or skip: these parked streams "
+                                                                   "(default: every parked stream of the view)")
+    full: Optional[str] = Field(default=None, description="publish: replace this view's PostgreSQL tables with "
+                                                          "DuckDB's, in one transaction")
 
 
 REFUSED = "refused"  # the metadata key of a refused view's observation
 REBUILD_CONFIG = {"ops": {"projections": {"config": {"rebuild": True}}}}
+OPERATOR_STREAMS = "operator/streams"  # the metadata key of the streams a retry or skip acted on
 
 
-@dg.multi_asset(specs=VIEW_SPECS + LOG_SPECS, can_subset=True, pool=STORE_POOL)
-def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource,
-                read_store: ReadStoreResource, folders: FoldersResource
-                ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
-    """Project every archived batch not yet committed for the selected views, in ingest order.
+def action_config(action: str, **config: object) -> dict:
+    """The run config of a retry, skip or publish (`config`: its streams, or the view to publish in full)."""
+    return {"ops": {"projections": {"config": {"action": action, **config}}}}
 
-    A tick materialises only the views whose streams it walked (the tick schedule and `inorder run`
-    select just the views with a gap timer due), so a tick with nothing due materialises nothing and
-    the views' checks, the Great Expectations suites among them, do not run on every tick. The
-    `errors` and `gaps` logs are materialised when selected, unless a tick walked nothing.
 
-    A view whose stored tables are not its declared ones is not projected: the step logs why and
-    records an observation of it (the other views go on, and their checks run); the step fails when
-    it had nothing else to do."""
-    home = inorder_home(read_store, folders)
-    selected = [v for v in ALL_VIEWS if dg.AssetKey(v.name) in context.selected_asset_keys]
+def projections_asset(views: Sequence[View]) -> dg.AssetsDefinition:
+    """The views' assets (one Spark pass for those selected together), and the error and gap logs."""
+    @dg.multi_asset(specs=[view_spec(view) for view in views] + LOG_SPECS, can_subset=True, pool=STORE_POOL)
+    def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource,
+                    home: HomeResource) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+        """Project every archived batch not yet committed for the selected views, in ingest order.
+
+        A tick materialises only the views whose streams it walked (the tick schedule and `inorder run`
+        select just the views with a gap timer due), so a tick with nothing due materialises nothing and
+        the views' checks, the Great Expectations suites among them, do not run on every tick. The
+        `errors` and `gaps` logs are materialised when selected, unless a tick walked nothing.
+
+        A view whose stored tables are not its declared ones is not projected: the step logs why and
+        records an observation of it (the other views go on, and their checks run); the step fails when
+        it had nothing else to do.
+
+        With `action`, it retries or skips the parked streams of the one view selected, or publishes the
+        selected views to PostgreSQL, and materialises the views it wrote, so their checks follow."""
+        selected = [v for v in views if dg.AssetKey(v.name) in context.selected_asset_keys]
+        if config.action in OPERATOR_ACTIONS:
+            yield from _operator(context, config, spark, home.home(), views, selected)
+        elif config.action == PUBLISH:
+            yield from _publish(config, home.home(), selected)
+        elif config.action:
+            raise dg.Failure(description=f"unknown action {config.action!r}: give retry, skip, publish or none")
+        else:
+            yield from _project(context, config, spark, home.home(), views, selected)
+
+    return projections
+
+
+def _project(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource, home: Home,
+             views: Sequence[View], selected: list[View]) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     tick = context.run.tags.get(TICK_TAG) == "true" and not config.rebuild
     if config.rebuild:
         stats = ProjectionStats()
         for view in selected:
-            stats.merge(rebuild(spark.session, home, ALL_VIEWS, view, progress=context.log.info))
+            stats.merge(rebuild(spark.session, home, views, view, progress=context.log.info))
     else:
-        stats = project_views(spark.session, home, ALL_VIEWS, selected, tick=tick, now=run_time(context),
+        stats = project_views(spark.session, home, views, selected, tick=tick, now=run_time(context),
                               progress=context.log.info)
     context.log.info(f"{plural(stats.entries, 'entry', 'entries')} (batches and ticks of the ingest log) in "
                      f"{plural(stats.passes, 'Spark pass', 'Spark passes')}, {plural(stats.handler_calls, 'handler call')}, "
@@ -171,7 +216,7 @@ def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spa
         for i, view in enumerate(selected):
             if (tick and not stats.streams_touched.get(view.name)) or view.name in stats.refused:
                 continue
-            position = positions[i] if isinstance(positions, list) else positions
+            position = _position(positions, i)
             yield dg.MaterializeResult(
                 asset_key=view.name,
                 metadata={**view_metadata(store, home, view, stats.by_view.get(view.name, {}),
@@ -184,3 +229,38 @@ def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spa
     if stats.refused and all(v.name in stats.refused for v in selected):
         raise dg.Failure(description="; ".join(stats.refused.values()),
                          metadata={REFUSED: dg.MetadataValue.json(stats.refused)})
+
+
+def _operator(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource, home: Home,
+              views: Sequence[View], selected: list[View]) -> Iterator[dg.MaterializeResult]:
+    """`inorder retry` or `skip`: record the action on the view's parked streams and project that view;
+    its materialisation (when any stream was parked) lists the streams acted on."""
+    if len(selected) != 1:
+        raise dg.Failure(description=f"a {config.action} acts on the parked streams of one view: select one view, "
+                                     f"not {len(selected)}")
+    (view,) = selected
+    streams = operator_action(spark.session, home, views, view, config.streams, config.action,
+                              progress=context.log.info)
+    if not streams:
+        return
+    with Store.open_read_only(home) as store:
+        position = _position(read_positions(store.con, [view]), 0)
+        yield dg.MaterializeResult(asset_key=view.name, metadata={
+            **view_metadata(store, home, view, last_run_counts(store.con, view.name), len(streams)),
+            **publication_metadata(position, None), OPERATOR_STREAMS: dg.MetadataValue.json(streams)})
+
+
+def _publish(config: ProjectionConfig, home: Home, selected: list[View]) -> Iterator[dg.MaterializeResult]:
+    """`inorder publish`: bring the selected views' PostgreSQL side to DuckDB's newest commit (`full`: replace
+    that view's tables first); the views published are materialised, in the order they were published."""
+    by_name = {view.name: view for view in selected}
+    if config.full is not None and config.full not in by_name:
+        raise dg.Failure(description=f"publish --full {config.full}: select that view")
+    done = publish(home, selected, by_name[config.full] if config.full else None)
+    published = [by_name[p.view] for p in done]
+    with Store.open_read_only(home) as store:
+        positions = read_positions(store.con, published)
+        for i, (publication, view) in enumerate(zip(done, published)):
+            yield dg.MaterializeResult(asset_key=view.name, metadata={
+                **view_metadata(store, home, view, {}, 0), **publication_metadata(_position(positions, i), None),
+                **publish_metadata(publication)})

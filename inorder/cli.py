@@ -255,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.add_views:
         _add_views(home, args.add_views)
     subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)
-    run = _run_document(run_through_dagster(home, args.now))
+    run = _run_document(run_through_dagster(home, views, args.now))
     for line in _batch_warnings(run["batches"], subscribed):
         print(f"inorder: warning: {line}", file=sys.stderr)
     if args.json:
@@ -403,13 +403,13 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 
 def cmd_operator(args: argparse.Namespace) -> None:
+    """`inorder retry` and `skip`, as a Dagster run (the view's materialisation, followed by its checks)."""
+    from inorder.dagster_runs import operator_through_dagster
     from pipelines.registry import view_named
-    from pipelines.run import operator_action
 
     home, views = _store_views()
-    view = view_named(views, args.view)
-    streams = operator_action(_spark(), home, views, view, None if args.all else [args.stream],
-                              args.command, progress=say)
+    view_named(views, args.view)
+    streams = operator_through_dagster(home, views, args.view, None if args.all else [args.stream], args.command)
     if not streams:
         print(f"view {args.view} has no parked streams: nothing to {args.command}")
         return
@@ -423,9 +423,9 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import rebuild_through_dagster
 
     started = time.perf_counter()
-    home, _ = _store_views()
+    home, views = _store_views()
     _known_view(args.view)
-    done = rebuild_through_dagster(home, args.view)
+    done = rebuild_through_dagster(home, views, args.view)
     print(f"rebuilt {args.view}: {plural(done.metadata.get('rebuild/entries_replayed', 0), 'entry', 'entries')} "
           f"replayed in {plural(done.metadata.get('rebuild/passes', 0), 'pass', 'passes')} and swapped in, "
           f"{time.perf_counter() - started:.1f}s; {describe_checks(done.checks)}")
@@ -441,12 +441,15 @@ def describe_checks(checks: dict[str, str]) -> str:
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
+    """`inorder publish`, as a Dagster run (each view published is materialised, followed by its checks)."""
+    from inorder.dagster_runs import publish_through_dagster
     from pipelines.publish import describe
     from pipelines.registry import view_named
-    from pipelines.run import publish
 
     home, views = _store_views()
-    done = publish(home, views, view_named(views, args.full) if args.full else None)
+    if args.full:
+        view_named(views, args.full)
+    done = publish_through_dagster(home, views, args.full)
     print(f"published {describe(done)}" if done else "every view is published up to DuckDB's newest commit")
 
 
@@ -509,9 +512,6 @@ def cmd_spark(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from pipelines.spark_server import DEFAULT_IDLE_MINUTES
-    from pipelines.status import ERROR_KINDS
-
     p = _Parser(prog="inorder", description=__doc__)
     p.add_argument("--version", action="version", version=f"inorder {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -520,6 +520,15 @@ def parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, under=sub, parent: str = "inorder") -> argparse.ArgumentParser:
         """A subcommand whose `--help` starts with what it does (the line its parent's `--help` lists)."""
         return under.add_parser(name, help=help, description=f"{parent} {name}: {help}.")
+    _home_commands(command)
+    _reading_commands(command, as_json)
+    _operator_commands(command)
+    _spark_command(command, as_json)
+    return p
+
+
+def _home_commands(command) -> None:
+    """`generate` and `init`: what makes a home and its first batches."""
     g = command("generate", help="write demo batches (the bank's, or the shop's)")
     g.add_argument("--domain", choices=sorted(GENERATORS), default="bank",
                    help="bank: account streams (views/); shop: order and customer streams (shop/views/) "
@@ -545,6 +554,12 @@ def parser() -> argparse.ArgumentParser:
                    help="the view modules of this home, recorded in HOME/views.txt: commands load them when "
                         "INORDER_VIEWS is unset")
     i.set_defaults(func=cmd_init)
+
+
+def _reading_commands(command, as_json: dict) -> None:
+    """`run`, and the commands that read the store: `status`, `query`, `errors`, `pending`."""
+    from pipelines.status import ERROR_KINDS
+
     r = command("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
     r.add_argument("--json", **as_json)
@@ -576,6 +591,10 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--limit", type=_count, default=20, help="show at most this many (default 20)")
     n.add_argument("--json", **as_json)
     n.set_defaults(func=cmd_pending)
+
+
+def _operator_commands(command) -> None:
+    """What an operator does to a home: `retry`, `skip`, `publish`, `rebuild`, `reingest`, `remove-view`."""
     for action in ("retry", "skip"):
         o = command(action, help=f"{action} a parked stream, or every parked stream of a view")
         o.add_argument("--view", required=True, help="the view the stream is parked in")
@@ -600,6 +619,12 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("view", help="a view the store holds")
     m.add_argument("--yes", action="store_true", help="remove it (without: only say what would be dropped)")
     m.set_defaults(func=cmd_remove_view)
+
+
+def _spark_command(command, as_json: dict) -> None:
+    """`inorder spark start|stop|status`."""
+    from pipelines.spark_server import DEFAULT_IDLE_MINUTES
+
     k = command("spark", help="a warm Spark Connect server on loopback that runs of this home use")
     k_sub = k.add_subparsers(dest="action", required=True)
     k_start = command("start", "start it (if none is running) and print its sc:// endpoint", k_sub, "inorder spark")
@@ -609,7 +634,6 @@ def parser() -> argparse.ArgumentParser:
     k_status = command("status", "running or not, endpoint, uptime, idle time (exit 3: not running)", k_sub, "inorder spark")
     k_status.add_argument("--json", **as_json)
     k.set_defaults(func=cmd_spark)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,7 @@
-"""`inorder run` through Dagster: the same assets, materialised in-process against the instance
-under $INORDER_HOME/dagster, so CLI runs appear in the UI's run history."""
+"""`inorder run`, `rebuild`, `retry`, `skip` and `publish` through Dagster: the same assets, materialised
+in-process against the instance under $INORDER_HOME/dagster, so every write of the CLI appears in the UI's
+run history, followed by its checks. The home reaches the runs as the `home` resource's config, never
+through the environment."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.partitions import CLI_HOME_TAG
+from assets.tags import CLI_HOME_TAG
 from inorder.terminal import PROGRESS_LOGGER
 from pipelines.spark import debugging
 from pipelines.store import Home, Store, take_lock
+from resources import DEFAULT_LOCK_WAIT_SECONDS, HomeResource
 
 INSTANCE_YAML = """\
 # written by inorder: runs that write the read store never overlap
@@ -34,14 +37,38 @@ telemetry:
 
 
 def dagster_home(home: Home) -> Path:
-    """DAGSTER_HOME, by default under INORDER_HOME, with an instance config made on first use."""
+    """The Dagster instance's folder: DAGSTER_HOME, by default under INORDER_HOME, with an instance config
+    made on first use."""
     path = Path(os.environ.get("DAGSTER_HOME") or home.root / "dagster").resolve()
     path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
     if not config.exists():
         config.write_text(INSTANCE_YAML)
-    os.environ["DAGSTER_HOME"] = str(path)
     return path
+
+
+def dagster_instance(home: Home) -> dg.DagsterInstance:
+    """The home's Dagster instance (where the CLI's runs are recorded, beside the daemon's)."""
+    return dg.DagsterInstance.from_config(str(dagster_home(home)))
+
+
+class CliDagster:
+    """One `inorder` command's Dagster side: the definitions of its views on its home (given as resource
+    config, never through the environment), and the home's instance."""
+
+    def __init__(self, home: Home, views, lock_wait_seconds: float = DEFAULT_LOCK_WAIT_SECONDS) -> None:
+        from inorder.definitions import build_definitions
+
+        self.home, self.views = home, tuple(views)
+        self.defs = build_definitions(self.views, HomeResource.of(home, lock_wait_seconds))
+        self.instance = dagster_instance(home)
+
+    def execute(self, job: str, tags: dict | None = None, run_config: dict | None = None,
+                selection: list[dg.AssetKey] | None = None) -> dg.ExecuteInProcessResult:
+        """Run `job` in this process, recorded on the instance and tagged as this home's CLI run."""
+        return self.defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance, tags={CLI_HOME_TAG: str(self.home.root), **(tags or {})},
+            run_config={**_run_config(), **(run_config or {})}, asset_selection=selection, raise_on_error=False)
 
 
 @dataclass
@@ -114,15 +141,18 @@ def _rejected(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
 def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:
     """Runs of an earlier `inorder run` on this home that was killed stay 'started' for ever in the
     UI. Under the run lock no other such run is alive: mark them failed, saying why."""
+    from assets.jobs import PUBLISH_JOB, RETRY, SKIP
+
     orphans = instance.get_runs(dg.RunsFilter(
         statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED],
         tags={CLI_HOME_TAG: str(home.root)}))
     for run in orphans:
-        instance.report_run_failed(run, "the `inorder run` process running this died before the run ended; "
-                                        "a later `inorder run` finished its work")
+        if run.job_name not in (RETRY, SKIP, PUBLISH_JOB):  # those commands take no run lock: theirs may be alive
+            instance.report_run_failed(run, "the `inorder run` process running this died before the run ended; "
+                                            "a later `inorder run` finished its work")
 
 
-def run_through_dagster(home: Home, now: datetime | None) -> CliRun:
+def run_through_dagster(home: Home, views, now: datetime | None) -> CliRun:
     """What `plan_run` decides, as one Dagster run on the instance (`run_target`): new landing files are
     ingested as partitions of `event_batches` and projected in the same run; with nothing new, a tick
     or a projection. A rejected file adds a second run, which projects what the first archived."""
@@ -134,37 +164,29 @@ def run_through_dagster(home: Home, now: datetime | None) -> CliRun:
                                                    "try again when it ends")
     try:
         if home.database.exists():  # views the store does not hold are refused before anything is written
-            from pipelines.registry import load_views
-
-            Store.open_read_only(home, load_views()).close()
-        return _run_through_dagster(home, now, started)
+            Store.open_read_only(home, views).close()
+        return _run_through_dagster(CliDagster(home, views), now, started)
     finally:
         os.close(run_lock)
 
 
-def _run_through_dagster(home: Home, now: datetime | None, started: float) -> CliRun:
-    from assets.partitions import BATCHES, INGEST_AND_PROJECT, NOW_TAG, PROJECT, TICK_TAG, run_target
-    from assets.sensors import check_verdicts, checks_tags
-    from inorder.definitions import defs
-    from pipelines.registry import load_views
+def _run_through_dagster(cli: CliDagster, now: datetime | None, started: float) -> CliRun:
+    from assets.partitions import BATCHES
+    from assets.tags import NOW_TAG, TICK_TAG
+    from assets.targets import INGEST_AND_PROJECT, PROJECT, run_target
     from pipelines.run import plan_run
 
-    views = load_views()
-    os.environ["INORDER_HOME"] = str(home.root)
-    instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
-    tags = {CLI_HOME_TAG: str(home.root), **({NOW_TAG: now.isoformat()} if now else {})}
+    home, views, instance = cli.home, cli.views, cli.instance
+    tags = {NOW_TAG: now.isoformat()} if now else {}
     _fail_orphaned_runs(instance, home)
-    with Store.open(home, views) as store:
+    with HomeResource.of(home, home.lock_wait_seconds).open_writer(views) as store:
         plan = plan_run(store, home, views, now)
     target = run_target(plan, instance.get_dynamic_partitions(BATCHES.name))
     instance.add_dynamic_partitions(BATCHES.name, target.new_partitions)
     report = CliRun(ticked=plan.tick, resumed=plan.resumed, catching_up=plan.catching_up)
-    run_config = _run_config()
 
     def execute(job: str, job_tags: dict, selection) -> dg.ExecuteInProcessResult:
-        result = defs.resolve_job_def(job).execute_in_process(
-            instance=instance, tags={**tags, **job_tags}, run_config=run_config, asset_selection=selection,
-            raise_on_error=False)
+        result = cli.execute(job, {**tags, **job_tags}, selection=selection)
         report.run_ids.append(result.run_id)
         return result
 
@@ -177,6 +199,17 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
         report.ingested = [{"batch_id": b, **(archived.get(b) or rejected.get(b) or {})} for b in plan.batches]
         if rejected:
             result = execute(PROJECT, {TICK_TAG: "false"}, None)
+    _report_projection(cli, result, report)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _report_projection(cli: CliDagster, result: dg.ExecuteInProcessResult, report: CliRun) -> None:
+    """The views' materialisations, what PostgreSQL lags by, and the checks' verdicts of the report's runs
+    (which it tags, as tag_runs_whose_checks_failed does for the daemon's runs)."""
+    from assets.sensors import check_verdicts, checks_tags
+
+    home, views, instance = cli.home, cli.views, cli.instance
     report.refused = _refusals(home, views)
     if not result.success and not _only_refused(result):
         failure = _step_failure(result)
@@ -185,14 +218,12 @@ def _run_through_dagster(home: Home, now: datetime | None, started: float) -> Cl
                          for view in views}
     report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
                                 None) or _publication_lag(home, views)
-    for run_id in report.run_ids:  # as tag_runs_whose_checks_failed does for the daemon's runs
+    for run_id in report.run_ids:
         verdicts = check_verdicts(instance, run_id)
         tags = checks_tags(verdicts)
         if tags:
             instance.add_run_tags(run_id, tags)
         report.checks.update({f"{asset}.{check}": verdict for (asset, check), verdict in verdicts.items()})
-    report.seconds = time.perf_counter() - started
-    return report
 
 
 def _publication_lag(home: Home, views) -> str | None:
@@ -215,22 +246,71 @@ class CliRebuild:
     checks: dict[str, str]  # check name -> verdict (assets.sensors.check_verdicts)
 
 
-def rebuild_through_dagster(home: Home, view: str) -> CliRebuild:
+def rebuild_through_dagster(home: Home, views, view: str) -> CliRebuild:
     """`inorder rebuild VIEW` as a run of the `rebuild_view` job on the instance: a materialisation of the
     view's asset, so its checks run after it (a failed blocking check fails the command)."""
+    from assets.jobs import REBUILD
     from assets.sensors import check_verdicts
     from assets.views import REBUILD_CONFIG
-    from inorder.definitions import defs
 
-    os.environ["INORDER_HOME"] = str(home.root)
-    instance = dg.DagsterInstance.from_config(str(dagster_home(home)))
-    result = defs.resolve_job_def("rebuild_view").execute_in_process(
-        instance=instance, tags={CLI_HOME_TAG: str(home.root)}, run_config={**_run_config(), **REBUILD_CONFIG},
-        asset_selection=[dg.AssetKey(view)], raise_on_error=False)
-    checks = {check: verdict for (_, check), verdict in check_verdicts(instance, result.run_id).items()}
+    cli = CliDagster(home, views)
+    result = cli.execute(REBUILD, run_config=REBUILD_CONFIG, selection=[dg.AssetKey(view)])
+    checks = {check: verdict for (_, check), verdict in check_verdicts(cli.instance, result.run_id).items()}
     if not result.success:
         failure = _step_failure(result)
         failed = sorted(name for name, verdict in checks.items() if verdict == "failed")
         raise RuntimeError(failure.step_failure_data.error.message.strip() if failure and
                            failure.step_failure_data.error else f"the rebuild's checks failed: {', '.join(failed)}")
-    return CliRebuild(result.run_id, _materializations(instance, result.run_id, view).get(None, {}), checks)
+    return CliRebuild(result.run_id, _materializations(cli.instance, result.run_id, view).get(None, {}), checks)
+
+
+def _user_error(result: dg.ExecuteInProcessResult) -> str:
+    """The message of the exception that failed the run's step, as the command would have said it had it
+    raised it itself (Dagster wraps it: the innermost cause is the step's own)."""
+    failure = _step_failure(result)
+    error = failure.step_failure_data.error if failure else None
+    if error is None:
+        return "the run failed"
+    while error.cause is not None:
+        error = error.cause
+    message = error.message.strip()
+    name, colon, said = message.partition(": ")  # "pipelines.order.NotParked: stream … is not parked"
+    return said if colon and name.rsplit(".", 1)[-1] == error.cls_name else message
+
+
+def _run_written(cli: CliDagster, job: str, run_config: dict, selection: list[dg.AssetKey] | None
+                 ) -> list[tuple[str, dict]]:
+    """Run a writing command's job (at once refused, like the command, when another writer holds the
+    store); (asset, metadata) of each view it materialised, in order; its failure's message raised."""
+    result = cli.execute(job, run_config=run_config, selection=selection)
+    if not result.success:
+        raise RuntimeError(_user_error(result))
+    views = {view.name for view in cli.views}
+    return [(m.asset_key.to_user_string(), {k: v.value for k, v in m.metadata.items()})
+            for m in (e.step_materialization_data.materialization for e in result.get_asset_materialization_events())
+            if m.asset_key.to_user_string() in views]
+
+
+def operator_through_dagster(home: Home, views, view: str, streams: list[str] | None, action: str) -> list[str]:
+    """`inorder retry` or `skip` as a run of its job: the view's materialisation, so its checks follow.
+    Returns the streams acted on (none: nothing was parked)."""
+    from assets.jobs import RETRY, SKIP
+    from assets.views import OPERATOR_STREAMS, action_config
+
+    cli = CliDagster(home, views, home.lock_wait_seconds)
+    config = action_config(action, **({"streams": streams} if streams is not None else {}))
+    done = _run_written(cli, {"retry": RETRY, "skip": SKIP}[action], config, [dg.AssetKey(view)])
+    return [stream for _, metadata in done for stream in metadata[OPERATOR_STREAMS]]
+
+
+def publish_through_dagster(home: Home, views, full: str | None):
+    """`inorder publish` as a run of the `publish_views` job: each view published is materialised, so its
+    checks follow. Returns the publications, in the order they were made."""
+    from assets.jobs import PUBLISH_JOB
+    from assets.views import PUBLISH, action_config
+    from pipelines.publish import Publication
+
+    cli = CliDagster(home, views, home.lock_wait_seconds)
+    done = _run_written(cli, PUBLISH_JOB, action_config(PUBLISH, **({"full": full} if full else {})), None)
+    return [Publication(name, m["publish/entry"], "", m["publish/mode"], m["publish/rows"], m["publish/seconds"])
+            for name, m in done]

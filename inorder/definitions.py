@@ -1,31 +1,52 @@
-"""The Dagster code location: `dagster dev` from the repository root loads this (workspace.yaml)."""
+"""The Dagster code location: `dagster dev` from the repository root loads this (workspace.yaml).
+
+Importing it reads nothing: Dagster calls `defs` when it loads the location, and only then are
+INORDER_VIEWS and INORDER_HOME read. `build_definitions` makes the same definitions from any view set
+and home (the CLI's runs, tests)."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import dagster as dg
 
-from assets import ALL_ASSETS, ALL_CHECKS, ALL_JOBS, ALL_SENSORS, tick_schedule
-from assets.jobs import ALL_VIEWS
 from inorder.terminal import PROGRESS_LOGGER, progress_logger
-from pipelines.store import Home, Store
-from resources import RESOURCES
+from pipelines.store import Home
+from pipelines.view import View
 
-# The code location refuses to load views its home's store does not hold (or none of the views it holds),
-# with the line `inorder run` prints: an asset of a foreign view would write them into the store for good.
-if Home.from_env().database.exists():
-    Store.open_read_only(Home.from_env(), ALL_VIEWS).close()
 
-# One process per run: every step shares one Spark session (no JVM start per asset).
-defs = dg.Definitions(
-    assets=ALL_ASSETS,
-    asset_checks=ALL_CHECKS,
-    jobs=ALL_JOBS,
-    sensors=ALL_SENSORS,
-    schedules=[tick_schedule],
-    resources=RESOURCES,
-    executor=dg.in_process_executor,
-    # a run uses the console logger unless its config names loggers; `inorder run` names PROGRESS_LOGGER
-    loggers={"console": dg.colored_console_logger, PROGRESS_LOGGER: dg.LoggerDefinition(
-        progress_logger, description="`inorder run`: the steps' log lines (INFO and up) as progress lines on stderr, "
-                                     "without Dagster's events")},
-)
+def build_definitions(views: Sequence[View], home=None) -> dg.Definitions:
+    """The code location's definitions for `views`, on `home` (a Home, a HomeResource, or None: the
+    environment's, read when a run sets its resources up). One process per run: every step shares one
+    Spark session (no JVM start per asset)."""
+    from assets import build_layer
+    from resources import resources
+
+    layer = build_layer(views)
+    return dg.Definitions(
+        assets=layer.assets,
+        asset_checks=layer.checks,
+        jobs=list(layer.jobs),
+        sensors=layer.sensors,
+        schedules=[layer.schedule],
+        resources=resources(home),
+        executor=dg.in_process_executor,
+        # a run uses the console logger unless its config names loggers; `inorder run` names PROGRESS_LOGGER
+        loggers={"console": dg.colored_console_logger, PROGRESS_LOGGER: dg.LoggerDefinition(
+            progress_logger, description="`inorder run`: the steps' log lines (INFO and up) as progress lines on "
+                                         "stderr, without Dagster's events")},
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """What Dagster loads: the views of INORDER_VIEWS on the home of INORDER_HOME, read now. The location
+    refuses to load views its home's store does not hold (or none of the views it holds), with the line
+    `inorder run` prints: an asset of a foreign view would write them into the store for good."""
+    from pipelines.registry import load_views
+    from pipelines.store import Store
+
+    views, home = load_views(), Home.from_env()
+    if home.database.exists():
+        Store.open_read_only(home, views).close()
+    return build_definitions(views)

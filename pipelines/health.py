@@ -1,7 +1,7 @@
 """What an operator must hear about: reject and late rates over thresholds, any bug in a view's
 handlers, and why (the commonest reasons), streams blocked past their timers, parked streams,
-rejected files. The Dagster checks (assets/checks.py) turn these verdicts
-yellow or red; everything here reads the store only."""
+rejected files. The checks (pipelines/checks.py, made Dagster's in assets/checks.py) turn these
+verdicts yellow or red; everything here reads the store only."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import duckdb
 
 from pipelines.ingest import archive_path
 from pipelines.select import unrouted
-from pipelines.store import Home, us_from_utc
+from pipelines.store import OUTCOME_COLUMNS, Home, us_from_utc
 from pipelines.view import Thresholds, View
 
 Severity = Literal["WARN", "ERROR"]
@@ -221,6 +221,19 @@ def unrouted_after(con: duckdb.DuckDBPyConnection, entry_idx: int, views: Sequen
 
 def newest_entry(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT coalesce(max(entry_idx), 0) FROM inorder.ingest_log").fetchone()[0]
+
+
+def logical_now(con: duckdb.DuckDBPyConnection) -> datetime:
+    """The newest logical time the ingest log recorded (the wall clock's now when it holds nothing)."""
+    return con.execute("SELECT coalesce(max(received_at), now()) FROM inorder.ingest_log").fetchone()[0]
+
+
+def last_run_counts(con: duckdb.DuckDBPyConnection, view: str) -> dict[str, int]:
+    """What the view's newest commit did: its ledger rows' selected messages, outcomes and gaps skipped."""
+    names = ("selected", *OUTCOME_COLUMNS, "gaps_skipped")
+    row = _run(con, f"SELECT {', '.join(f'coalesce(sum({n}), 0)' for n in names)} FROM inorder.batches "
+                    f"WHERE {LAST_RUN}", view=view).fetchone()
+    return {name: int(n) for name, n in zip(names, row)}
 
 
 class Lag(NamedTuple):

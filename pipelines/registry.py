@@ -11,7 +11,6 @@ before anything touches the store.
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib
 import os
 import pkgutil
@@ -46,12 +45,9 @@ def view_module_names(spec: str | None = None) -> tuple[str, ...]:
 
 
 def load_views(spec: str | None = None) -> tuple[View, ...]:
-    """The views of the modules in `spec` (default: INORDER_VIEWS), checked to run together."""
-    return _load(view_module_names(spec))
-
-
-@functools.lru_cache(maxsize=None)
-def _load(names: tuple[str, ...]) -> tuple[View, ...]:
+    """The views of the modules in `spec` (default: INORDER_VIEWS), checked to run together. Read anew at
+    each call (Python keeps the modules imported): nothing loads them at import."""
+    names = view_module_names(spec)
     found: dict[int, FoundView] = {}  # a view imported into a second module is the same view, found once
     for name in names:
         for module in _modules(name):

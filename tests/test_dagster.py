@@ -11,16 +11,15 @@ import dagster as dg
 import duckdb
 import pytest
 
-from assets import ALL_CHECKS, event_batches, landing_sensor
-from assets.checks import _checks_for
-from assets.partitions import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
-from assets.views import projections
-from inorder.definitions import defs
+from assets import build_layer
+from assets.checks import view_checks
+from assets.tags import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
+from inorder.definitions import build_definitions
 from pipelines.run import ingest_batch
 from pipelines.expectations import SUITE_HEADER
 from pipelines.status import read_status
 from pipelines.store import Home, Store
-from resources import FoldersResource, ReadStoreResource, SparkResource
+from resources import HomeResource, SparkResource
 from tests.conservation import store_violations
 from tests.harness import across_passes, assert_same_store, read_store
 from tests.reference_model import Entry, run_model
@@ -30,11 +29,20 @@ from tests.domains import BANK_VIEWS
 from views.bank_generator import GeneratorConfig, generate
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
+LAYER = build_layer(BANK_VIEWS)  # the bank's assets, checks, sensors and schedule, on no home in particular
+event_batches, projections, ALL_CHECKS = LAYER.event_batches, LAYER.projections, LAYER.checks
+defs = build_definitions(BANK_VIEWS)
+
+
+def sensor(name: str) -> dg.SensorDefinition:
+    return next(s for s in LAYER.sensors if s.name == name)
+
+
+landing_sensor = sensor("landing_sensor")
 
 
 def resources_for(home: Home) -> dict:
-    return {"spark": SparkResource(), "read_store": ReadStoreResource(home=str(home.root)),
-            "folders": FoldersResource()}
+    return {"spark": SparkResource(), "home": HomeResource(root=str(home.root))}
 
 
 VIEW_CHECKS = ("expectations", "conservation", "watermarks_never_move_back", "keys_unique", "published",
@@ -166,7 +174,7 @@ def projected_home(spark, tmp_path) -> Home:
 
 def _run_check(home: Home, view: str | View, name: str) -> dg.AssetCheckResult:
     view = view if isinstance(view, View) else view_named(BANK_VIEWS, view)
-    checks = _checks_for(view)
+    checks = view_checks(view)
     result = dg.materialize([projections, checks], selection=dg.AssetSelection.checks(dg.AssetCheckKey(
                                 dg.AssetKey(view.name), name)),
                             resources=resources_for(home), raise_on_error=False)
@@ -329,11 +337,10 @@ def test_conservation_and_watermark_checks_fail_when_state_is_tampered(projected
 
 def _rebuild_in_dagster(home: Home, view: str) -> dg.ExecuteInProcessResult:
     """What the `rebuild_view` job runs for one view (its config; the view's asset and its checks)."""
-    from assets.jobs import rebuild_job
     from assets.views import REBUILD_CONFIG
 
-    assert rebuild_job.config == REBUILD_CONFIG  # the job runs the same config
-    checks = _checks_for(view_named(BANK_VIEWS, view))
+    assert LAYER.jobs.rebuild.config == REBUILD_CONFIG  # the job runs the same config
+    checks = view_checks(view_named(BANK_VIEWS, view))
     return dg.materialize([projections, checks],
                           selection=dg.AssetSelection.assets(view) | dg.AssetSelection.checks_for_assets(view),
                           run_config=REBUILD_CONFIG, resources=resources_for(home), raise_on_error=False)
@@ -384,15 +391,15 @@ def test_a_second_writer_fails_with_one_clear_message(tmp_path):
 
 
 def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_materialises_nothing(
-        spark, tmp_path, monkeypatch):
+        spark, tmp_path):
     """The schedule asks the store: a gap timer due → a tick of just the views it concerns (their checks
     run after it); nothing due but no entry for a tick interval → a tick that walks nothing, commits
     without Spark work and materialises nothing; otherwise no run."""
-    from assets.schedules import TICK_INTERVAL, tick_schedule
+    from assets.schedules import TICK_INTERVAL
     from pipelines.run import run
 
     home = Home(tmp_path / "home").ensure()
-    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    tick_schedule = LAYER.schedule
     # one account with seq 2 missing: every bank view subscribed to accounts waits for it
     (home.landing / "b1.jsonl").write_text(
         '{"stream_id": "a", "seq": 1, "type": "AccountOpened", "payload": {"owner": "ada"}}\n'
@@ -410,7 +417,7 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
     waiting = {v.name for v in BANK_VIEWS if "account" in v.subscribes}
     assert {k.to_user_string() for k in due.asset_selection} == waiting | {"errors", "gaps"}
     tags = {**due.tags, NOW_TAG: (T0 + timedelta(seconds=600)).isoformat(), "dagster/schedule_name": "tick_schedule"}
-    job = defs.resolve_job_def("project_views")
+    job = build_definitions(BANK_VIEWS, home).resolve_job_def("project_views")
     result = job.execute_in_process(instance=instance, tags=tags, asset_selection=due.asset_selection)
     assert {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()} == \
         waiting | {"errors", "gaps"}
@@ -456,7 +463,8 @@ def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
 
 
 def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):
-    from assets.checks import no_new_rejected_files
+    no_new_rejected_files = next(c for c in ALL_CHECKS if c.check_keys == {dg.AssetCheckKey(
+        dg.AssetKey("event_batches"), "no_new_rejected_files")})
 
     home = Home(tmp_path / "home").ensure()
     (home.landing / "good.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
@@ -494,12 +502,12 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     assert again.passed
 
 
-def test_each_successful_ingest_run_is_followed_by_a_projection_run(spark, tmp_path, monkeypatch):
-    from assets.sensors import project_after_ingest
-    from assets.partitions import CLI_HOME_TAG
+def test_each_successful_ingest_run_is_followed_by_a_projection_run(spark, tmp_path):
+    from assets.tags import CLI_HOME_TAG
 
+    project_after_ingest = sensor("project_after_ingest")
     home = Home(tmp_path / "home").ensure()
-    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    defs = build_definitions(BANK_VIEWS, home)
     (home.landing / "b1.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("event_batches", ["b1"])
@@ -522,14 +530,13 @@ def test_each_successful_ingest_run_is_followed_by_a_projection_run(spark, tmp_p
     assert isinstance(evaluate(cli.dagster_run), dg.SkipReason)  # `inorder run` projects in its own run
 
 
-def test_one_run_ingests_a_range_and_a_rejected_file_fails_only_its_partition(tmp_path, monkeypatch):
+def test_one_run_ingests_a_range_and_a_rejected_file_fails_only_its_partition(tmp_path):
     """The landing sensor's run (`ingest_and_project`) over three new files, one unreadable: the two good
     batches are materialised with their own metadata, the bad one's partition fails with its reason, the
     run stops before projecting, and `project_after_rejection` asks for the projection of what it archived."""
-    from assets.sensors import project_after_rejection
-
+    project_after_rejection = sensor("project_after_rejection")
     home = Home(tmp_path / "home").ensure()
-    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    defs = build_definitions(BANK_VIEWS, home)
     (home.landing / "b1.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
     (home.landing / "b2.parquet").write_text("not a parquet file")
     (home.landing / "b3.jsonl").write_text('{"stream_id": "a", "seq": 2, "type": "Deposited"}\n'

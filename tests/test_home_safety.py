@@ -193,7 +193,8 @@ def test_views_added_to_a_store_holding_others_are_refused_unless_named(shop_sto
 
 
 def test_the_dagster_code_location_refuses_foreign_views_when_it_loads(shop_store):
-    done = subprocess.run([sys.executable, "-c", "import inorder.definitions"], cwd=ROOT, text=True,
+    # what Dagster does when it loads the location: import the module, then call its `defs`
+    done = subprocess.run([sys.executable, "-c", "from inorder.definitions import defs; defs()"], cwd=ROOT, text=True,
                           capture_output=True, env=environment(shop_store, "views"), timeout=300)
     assert done.returncode != 0
     assert "ViewSetMismatch: the store holds the views customers, order_items, orders, shop_daily, but " \

@@ -14,16 +14,15 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from assets import landing_sensor
-from assets.partitions import RANGE_END_TAG, RANGE_START_TAG
-from assets.views import projections
+from assets import build_layer
+from assets.tags import RANGE_END_TAG, RANGE_START_TAG
 from pipelines.ingest import archive_path, batch_id_of, ingest_landing, new_landing_files
 from pipelines.inspect import MAX_DEPTH, SourceMapping, inspect_file
 from pipelines.run import ingest_batch, run
 from pipelines.status import format_status, read_status
 from pipelines.store import Home, Store
 from pipelines.view import Table, View
-from resources import FoldersResource, ReadStoreResource, SparkResource
+from resources import HomeResource, SparkResource
 from tests.harness import assert_conserved, assert_same_store, read_store, without
 from tests.hostile_corpus import FIRST_RUN, Case, Corpus, build
 from tests.reference_model import Entry, run_model
@@ -134,8 +133,12 @@ def _new(before: dict, after: dict, table: str) -> list[dict]:
 
 
 def resources_for(home: Home) -> dict:
-    return {"spark": SparkResource(), "read_store": ReadStoreResource(home=str(home.root)),
-            "folders": FoldersResource()}
+    return {"spark": SparkResource(), "home": HomeResource(root=str(home.root))}
+
+
+LAYER = build_layer(BANK_VIEWS)
+projections = LAYER.projections
+landing_sensor = next(s for s in LAYER.sensors if s.name == "landing_sensor")
 
 
 def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):

@@ -123,7 +123,7 @@ def test_a_changed_shop_view_is_noticed_refused_and_rebuilt_while_a_reader_reads
     assert materialized.tags["dagster/code_version"] == edited["stored_fingerprint"]
     code_version = subprocess.run(
         [sys.executable, "-c", "from inorder.definitions import defs; import dagster as dg; "
-                               "print(defs.resolve_assets_def('orders').code_versions_by_key[dg.AssetKey('orders')])"],
+                               "print(defs().resolve_assets_def('orders').code_versions_by_key[dg.AssetKey('orders')])"],
         env=handler, capture_output=True, text=True, cwd=REPO, check=True).stdout.strip()
     assert code_version == edited["fingerprint"]
 

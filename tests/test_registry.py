@@ -151,7 +151,7 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
     """The Dagster code location builds one asset and eight checks per view of INORDER_VIEWS."""
     script = textwrap.dedent("""
         from inorder.definitions import defs
-        graph = defs.resolve_asset_graph()
+        graph = defs().resolve_asset_graph()
         print(sorted(k.to_user_string() for k in graph.get_all_asset_keys()))
         print(sorted((c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys))
     """)

@@ -1,0 +1,253 @@
+"""The checks on every view and on the ingest log, evaluated on the store (read-only): the view's Great
+Expectations suite, the conservation identity (blocking), that no stream's watermark moved backwards,
+that keys are unique, that PostgreSQL shows its newest commit, and what an operator must act on (reject
+and late rates over the view's thresholds, any bug in its handlers, streams blocked past their timers,
+parked streams); on the ingest log: no new rejected files, no unrouted records. A check that fails or
+warns says why (`top_reasons`) and what to run next (`next_command`).
+
+No Dagster here: each check returns a `CheckOutcome` whose metadata are plain values; assets/checks.py
+turns them into Dagster's asset check results."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from typing import Callable, NamedTuple, Sequence
+
+import duckdb
+
+from pipelines.expectations import suite_markdown, validate_suite
+from pipelines.health import (REASON_HEADER, Reason, Severity, Verdict, Window, duplicate_keys, judge_bugs,
+                              judge_rate, logical_now, newest_entry, overdue_streams, parked_reasons,
+                              parked_streams, recent_windows, rejected_after, top_reasons, unrouted_after)
+from pipelines.markdown import markdown_table
+from pipelines.publish import read_positions
+from pipelines.select import describe_unrouted, subscribed_types
+from pipelines.status import read_status
+from pipelines.view import Thresholds, View
+
+SAMPLE = 5
+
+
+class Markdown(str):
+    """A metadata value shown as Markdown (a plain `str` is text)."""
+
+
+class CheckOutcome(NamedTuple):
+    """A check's verdict. Metadata values: bool, int, float, str (text), Markdown, or lists and dicts (JSON)."""
+
+    passed: bool
+    metadata: dict[str, object]
+    description: str | None = None
+    severity: Severity = "ERROR"  # how a check that did not pass counts: a failure, or a warning
+
+
+Evaluate = Callable[[duckdb.DuckDBPyConnection, View], CheckOutcome]
+
+
+class ViewCheck(NamedTuple):
+    name: str
+    describe: Callable[[View], str]  # the check's description, for the view
+    evaluate: Evaluate
+    blocking: bool = False
+
+
+def expectations(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    suite = validate_suite(con, view)
+    failures = suite.failures
+    return CheckOutcome(not failures, {
+        "suite": suite.suite, "results": Markdown(suite_markdown(suite)), "expectations": len(suite.results),
+        "failed": len(failures), "failures": failures,
+    }, None if not failures else f"{len(failures)} of {len(suite.results)} expectations of suite {suite.suite} failed")
+
+
+def conservation(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    (status,) = read_status(con, [view]).views
+    unbalanced = con.execute(
+        "SELECT batch_id, records, malformed, normalised FROM inorder.batches "
+        "WHERE view = ? AND records != malformed + normalised LIMIT ?", [view.name, SAMPLE]).fetchall()
+    outcomes = sum(status.outcomes.values())
+    return CheckOutcome(status.conserved and not unbalanced, {
+        "selected": int(status.selected), "outcomes": int(outcomes), "pending": int(status.pending),
+        "ledger_pending": int(status.ledger_pending),
+        "difference": int(status.selected - outcomes - status.pending),
+        "unbalanced_batches": [list(map(str, row)) for row in unbalanced],
+    })
+
+
+def watermarks_never_move_back(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    moved_back = "FROM inorder.watermarks WHERE view = ? AND last_seq < prev_last_seq"
+    count, = con.execute(f"SELECT count(*) {moved_back}", [view.name]).fetchone()
+    sample = con.execute(f"SELECT stream_id, prev_last_seq, last_seq {moved_back} ORDER BY stream_id LIMIT ?",
+                         [view.name, SAMPLE]).fetchall()
+    streams, = con.execute("SELECT count(*) FROM inorder.watermarks WHERE view = ?", [view.name]).fetchone()
+    return CheckOutcome(count == 0, {
+        "streams": int(streams), "moved_back": int(count),
+        "sample": [{"stream_id": s, "before": b, "after": a} for s, b, a in sample],
+    })
+
+
+def keys_unique(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    duplicated = duplicate_keys(con, view)
+    return CheckOutcome(not any(duplicated.values()), {f"duplicated_{name}": int(n) for name, n in duplicated.items()})
+
+
+def published(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    positions = read_positions(con, [view])
+    if positions is None:
+        return CheckOutcome(True, {"configured": False}, "INORDER_SERVE_POSTGRES is not set: nothing is published")
+    if isinstance(positions, str):
+        return CheckOutcome(False, {"error": positions}, f"PostgreSQL cannot be read: {positions}")
+    (position,) = positions
+    return CheckOutcome(position.current, {
+        "configured": True, "committed_entry": int(position.committed or 0),
+        "published_entry": int(position.published if position.published is not None else -1),
+        "behind_entries": int(position.behind),
+    }, None if position.current else f"PostgreSQL is {position.behind} entries behind DuckDB: `inorder publish` "
+                                     "catches it up")
+
+
+def _window_metadata(windows: list[Window], outcome: str) -> dict:
+    metadata: dict[str, object] = {}
+    for w in windows:
+        prefix = w.label.replace(" ", "_")
+        metadata[f"{prefix}/rate"] = float(round(w.rate(outcome), 6))
+        metadata[f"{prefix}/{outcome}"] = int(getattr(w, outcome))
+        metadata[f"{prefix}/selected"] = int(w.selected)
+    return metadata
+
+
+def _next_step(reasons: list[Reason], command: str) -> dict:
+    """What a check that is not green says about why, and what to run next."""
+    return {"top_reasons": Markdown(markdown_table(REASON_HEADER, reasons) if reasons else "none logged"),
+            "next_command": command}
+
+
+def _why(con: duckdb.DuckDBPyConnection, view: View, verdict: Verdict, outcome: str, command: str) -> dict:
+    """A failing or warning verdict's reasons (in the window it judged) and the command to run next."""
+    if verdict.passed or verdict.window is None:
+        return {}
+    return _next_step(top_reasons(con, view.name, outcome, verdict.window), command)
+
+
+def _outcome(verdict: Verdict, metadata: dict, why: dict) -> CheckOutcome:
+    return CheckOutcome(verdict.passed, {**metadata, **why}, verdict.description, verdict.severity or "ERROR")
+
+
+def _fix_then_retry(view: View) -> str:
+    return f"(fix the view, then: inorder retry --view {view.name} --all)"
+
+
+def _thresholds(view: View, outcome: str) -> Thresholds:
+    return getattr(view.alerts, f"{outcome}_rate")
+
+
+def rate(outcome: str, kind: str, con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    """The share of selected messages whose outcome was `outcome` (reject or late) against the view's
+    thresholds; `kind` is the error log's kind that lists them."""
+    thresholds = _thresholds(view, outcome)
+    windows = recent_windows(con, view.name)
+    verdict = judge_rate(outcome, windows, thresholds, view.alerts.min_selected)
+    metadata = {"warn_above": float(thresholds.warn), "fail_above": float(thresholds.error),
+                "min_selected": int(view.alerts.min_selected), **_window_metadata(windows, outcome)}
+    return _outcome(verdict, metadata, _why(con, view, verdict, outcome,
+                                            f"inorder errors --view {view.name} --kind {kind}"))
+
+
+def _describe_rate(outcome: str, what: str, view: View) -> str:
+    thresholds = _thresholds(view, outcome)
+    return (f"The share of selected messages that were {what}, in the last run and over the last 24 h of logical "
+            f"time: warns above {thresholds.warn:.2%}, fails above {thresholds.error:.2%}, judged on "
+            f"{view.alerts.min_selected} selected messages at least (the view's `alerts`)")
+
+
+def no_handler_bugs(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    windows = recent_windows(con, view.name)
+    verdict = judge_bugs(windows)
+    return _outcome(verdict, _window_metadata(windows, "bug"), _why(
+        con, view, verdict, "bug", f"inorder errors --view {view.name} --kind handler_error {_fix_then_retry(view)}"))
+
+
+def no_overdue_blocked_streams(tick_interval: timedelta, con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    now = max(datetime.now(timezone.utc), logical_now(con))
+    count, oldest = overdue_streams(con, view, now, tick_interval)
+    metadata: dict[str, object] = {
+        "overdue_streams": int(count),
+        "oldest": [{"stream_id": o.stream_id, "waiting_for_seq": o.waiting_for,
+                    "blocked_since": o.blocked_since.isoformat(), "timer_due_at": o.due_at.isoformat(),
+                    "overdue_seconds": round(o.overdue_seconds)} for o in oldest],
+    }
+    command = f"inorder pending --view {view.name}"
+    if count:
+        metadata["next_command"] = command
+    return CheckOutcome(count == 0, metadata, None if count == 0 else
+                        f"{count} streams are blocked past their gap timer: `{command}` lists them")
+
+
+def no_parked_streams(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+    count, first = parked_streams(con, view.name)
+    metadata = {"parked_streams": int(count),
+                "first": [{"stream_id": s, "parked_seq": q, "attempts": a} for s, q, a in first]}
+    if count:
+        metadata |= _next_step(parked_reasons(con, view.name),
+                               f"inorder pending --view {view.name} {_fix_then_retry(view)}")
+    return CheckOutcome(count == 0, metadata, None if count == 0 else
+                        f"{count} parked streams: fix the view, then `inorder retry --view {view.name} --all` "
+                        f"(or `inorder skip`)", "WARN")
+
+
+def view_checks(tick_interval: timedelta) -> tuple[ViewCheck, ...]:
+    """Every view's checks, in the order they are evaluated; `tick_interval` is the tick schedule's."""
+    return (
+        ViewCheck("expectations", lambda view: f"The Great Expectations suite of {view.name}'s declared "
+                  "expectations, evaluated in DuckDB SQL (no table is loaded whole into pandas)", expectations),
+        ViewCheck("conservation", lambda view: "selected = applied + ignored + handler_error + duplicate + late + "
+                  "conflict + pending, and records = malformed + normalised per batch", conservation, blocking=True),
+        ViewCheck("watermarks_never_move_back", lambda view: "No stream's last_seq is below the value it had "
+                  "before its latest commit", watermarks_never_move_back),
+        ViewCheck("keys_unique", lambda view: "No key occurs twice: a stream's watermark, its buffered seqs, and the "
+                  "primary key of each keyed and append table (these carry no PRIMARY KEY: the commit keeps them "
+                  "unique)", keys_unique),
+        ViewCheck("published", lambda view: "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it "
+                  "after its newest commit; passes with nothing to check when publishing is not configured",
+                  published),
+        ViewCheck("reject_rate", partial(_describe_rate, "reject", "refused by a handler (`Reject`: business "
+                  "refusals, expected at some rate)"), partial(rate, "reject", "handler_error")),
+        ViewCheck("late_rate", partial(_describe_rate, "late", "late (after their gap was skipped)"),
+                  partial(rate, "late", "late")),
+        ViewCheck("no_handler_bugs", lambda view: "No message failed on a bug in the view's handlers (an exception "
+                  "other than `Reject`) in the last run or the last 24 h of logical time: a bug is never normal, "
+                  "one fails", no_handler_bugs),
+        ViewCheck("no_overdue_blocked_streams", lambda view: f"No stream blocked longer than its gap_timeout "
+                  f"({view.gap_timeout:g}s) plus the tick interval ({tick_interval.total_seconds():g}s) by the wall "
+                  "clock: a gap timer that should have fired did not (is the tick schedule running?)",
+                  partial(no_overdue_blocked_streams, tick_interval)),
+        ViewCheck("no_parked_streams", lambda view: "No stream parked by a handler error, waiting for `inorder "
+                  "retry` or `inorder skip` (warns)", no_parked_streams),
+    )
+
+
+def no_new_rejected_files(con: duckdb.DuckDBPyConnection, after: int) -> CheckOutcome:
+    """No landing file was rejected since entry `after` (the newest one the check looked at before)."""
+    rejected, newest = rejected_after(con, after), int(newest_entry(con))
+    return CheckOutcome(not rejected, {
+        "checked_up_to_entry": newest, "new_rejected_files": len(rejected),
+        "rejected": Markdown("\n".join(f"- `{r.batch_id}` (entry {r.entry_idx}): {r.reason}" for r in rejected)
+                             or "none"),
+    }, None if not rejected else
+        f"{len(rejected)} landing files rejected since entry {after}: {rejected[0].batch_id}: {rejected[0].reason}")
+
+
+def no_unrouted_records(con: duckdb.DuckDBPyConnection, after: int, views: Sequence[View]) -> CheckOutcome:
+    """Every record of the batches archived since entry `after` is of a stream type some view subscribes to."""
+    found, newest = unrouted_after(con, after, views), int(newest_entry(con))
+    totals: dict[str, int] = {}
+    for batch in found:
+        for stream_type, n in batch.unrouted.items():
+            totals[stream_type] = totals.get(stream_type, 0) + n
+    return CheckOutcome(not found, {
+        "checked_up_to_entry": newest, "unrouted_records": sum(totals.values()), "unrouted_by_stream_type": totals,
+        "batches": Markdown("\n".join(f"- `{b.batch_id}` (entry {b.entry_idx}): {b.unrouted}" for b in found)
+                            or "none"),
+    }, None if not found else
+        f"{len(found)} batches since entry {after}: {describe_unrouted(totals, subscribed_types(views))}", "WARN")

@@ -1,0 +1,82 @@
+"""`inorder retry`, `skip` and `publish` run through Dagster, as `run` and `rebuild` do: each is a run in
+the home's instance, materialising the views it wrote, and their checks follow it; what the commands
+print stays as it was."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from assets.tags import CLI_HOME_TAG
+from inorder.cli import main
+from pipelines.checks import view_checks
+from assets.schedules import TICK_INTERVAL
+from tests.builders import dep, opened
+
+VIEW_CHECKS = {c.name for c in view_checks(TICK_INTERVAL)}
+# two accounts whose deposit hits the audit view's bug: both park (tests/counts_views.py)
+BATCH = [opened("acct-1"), dep("acct-1", 2, 5000), opened("acct-2"), dep("acct-2", 2, 5000)]
+
+
+def _run_of(instance: dg.DagsterInstance, job: str) -> dg.DagsterRun:
+    (run,) = instance.get_runs(dg.RunsFilter(job_name=job))
+    return run
+
+
+def _checked(instance: dg.DagsterInstance, run_id: str) -> set[tuple[str, str]]:
+    return {(e.dagster_event.event_specific_data.asset_key.to_user_string(),
+             e.dagster_event.event_specific_data.check_name)
+            for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)}
+
+
+def _materialized(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict]:
+    return {e.dagster_event.step_materialization_data.materialization.asset_key.to_user_string():
+            {k: v.value for k, v in e.dagster_event.step_materialization_data.materialization.metadata.items()}
+            for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)}
+
+
+def test_retry_skip_and_publish_are_runs_of_the_homes_instance_followed_by_their_checks(
+        spark, postgres, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("INORDER_HOME", str(home))
+    monkeypatch.setenv("INORDER_VIEWS", "tests.counts_views")
+    assert main(["init", str(home)]) == 0
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in BATCH))
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
+    capsys.readouterr()
+
+    assert main(["retry", "--view", "audit", "--all"]) == 0  # the bug is still there: both park again
+    assert capsys.readouterr().out.splitlines() == [
+        "retry of 2 parked streams of audit committed: 2 streams parked again: the retried message failed again "
+        "(acct-1 seq 2, attempt 2, acct-2 seq 2, attempt 2; `inorder errors --view audit --kind handler_error` "
+        "says why)"]
+    assert main(["skip", "--view", "audit", "--stream", "acct-2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "skip of 1 parked stream of audit committed: 1 stream moved on (its parked message skipped (counted as "
+        "handler_error), now at acct-2 seq 2)"]
+    assert main(["retry", "--view", "audit", "--stream", "acct-2"]) == 1  # not parked any more: one line, exit 1
+    assert capsys.readouterr().err.splitlines()[-1] == "inorder: error: stream 'acct-2' of view audit is not parked"
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", postgres)
+    monkeypatch.setenv("INORDER_SERVE_SCHEMA", "cli_dagster")
+    assert main(["publish"]) == 0
+    assert capsys.readouterr().out.startswith("published audit to entry ")
+
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        checks = {("audit", name) for name in VIEW_CHECKS}
+        for job, streams in (("retry_streams", ["acct-1", "acct-2"]), ("skip_streams", ["acct-2"])):
+            run = _run_of(instance, job) if job == "skip_streams" else instance.get_runs(
+                dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.SUCCESS]))[0]
+            assert run.tags[CLI_HOME_TAG] == str(home)
+            assert _materialized(instance, run.run_id)["audit"]["operator/streams"] == streams
+            assert _checked(instance, run.run_id) == checks
+        failed = instance.get_runs(dg.RunsFilter(job_name="retry_streams", statuses=[dg.DagsterRunStatus.FAILURE]))
+        assert len(failed) == 1  # the refused retry is in the history too
+        publish = _run_of(instance, "publish_views")
+        assert _materialized(instance, publish.run_id)["audit"]["publish/mode"] == "full"
+        assert _checked(instance, publish.run_id) == checks
+        published = dg.AssetCheckKey(dg.AssetKey("audit"), "published")
+        assert instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [published])[published].evaluation.passed
