@@ -9,7 +9,7 @@ bench-quick:
 	bash scripts/setup.sh
 	.venv/bin/python -m bench --quick
 
-# Mutation testing of the ordering core (pipelines/order.py, apply.py, inspect.py) with the fast tests
+# Mutation testing of the ordering core (pipelines/engine/order.py, apply.py, normalise.py) with the fast tests
 # (pyproject.toml [tool.mutmut]); prints killed / survived / timeout per file. Not part of CI: it takes
 # about 10 minutes on 2 cores. Survivors no test kills are explained in docs/mutants_explained.toml.
 mutation:

@@ -1,4 +1,4 @@
-"""The asset checks, as Dagster sees them: each view's checks (pipelines/checks.py evaluates them on the
+"""The asset checks, as Dagster sees them: each view's checks (pipelines/observe/checks.py evaluates them on the
 store) and, on `event_batches`, no new rejected files and no unrouted records. Nothing here reads the
 store's tables: each check's logic is the engine's."""
 
@@ -6,9 +6,9 @@ from typing import Callable, Iterator, Sequence
 
 import dagster as dg
 
-from pipelines import checks
-from pipelines.checks import CheckOutcome, Markdown, ViewCheck
-from pipelines.store import Store
+from pipelines.observe import checks
+from pipelines.observe.checks import CheckOutcome, Markdown, ViewCheck
+from pipelines.store.database import Store
 from pipelines.view import View
 from assets.schedules import TICK_INTERVAL
 from resources import HomeResource

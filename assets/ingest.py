@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 from assets.partitions import BATCHES
 from assets.tags import CLI_HOME_TAG, STORE_POOL, run_time
 from pipelines.faults import crash_point
-from pipelines.ingest import IngestResult, archive_path
-from pipelines.run import ingest_batch
-from pipelines.select import unrouted
-from pipelines.store import Home
+from pipelines.engine.ingest import IngestResult, archive_path
+from pipelines.facade import ingest_batch
+from pipelines.engine.routing import unrouted
+from pipelines.store.database import Home
 from pipelines.view import View
 from resources import HomeResource
 

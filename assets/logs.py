@@ -5,8 +5,8 @@ commit in the same step, whether or not every view changed."""
 
 import dagster as dg
 
-from pipelines.status import newest_errors
-from pipelines.store import Store
+from pipelines.observe.status import newest_errors
+from pipelines.store.database import Store
 
 def _schema(*columns: tuple[str, str, str]) -> dict:
     return {"dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(n, t, description=d) for n, t, d in columns])}

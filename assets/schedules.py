@@ -6,9 +6,9 @@ from typing import Sequence
 import dagster as dg
 
 from assets.targets import run_target
-from pipelines.ingest import LogicalTimeError
-from pipelines.run import plan_run
-from pipelines.store import StoreBusy
+from pipelines.engine.ingest import LogicalTimeError
+from pipelines.facade import plan_run
+from pipelines.store.database import StoreBusy
 from pipelines.view import View
 from resources import HomeResource
 

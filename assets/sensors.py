@@ -14,8 +14,8 @@ from assets.partitions import BATCHES
 from assets.schedules import STORE_WAIT_SECONDS
 from assets.tags import CLI_HOME_TAG, NOW_TAG
 from assets.targets import run_target
-from pipelines.run import plan_run
-from pipelines.store import ENGINE_DDL, Store, StoreBusy
+from pipelines.facade import plan_run
+from pipelines.store.database import ENGINE_DDL, Store, StoreBusy
 from pipelines.view import View
 from resources import HomeResource
 
@@ -53,7 +53,7 @@ def landing_sensor(views: Sequence[View], ingest_and_project_job) -> dg.SensorDe
 
 def _new_landing_files(context: dg.SensorEvaluationContext, home: HomeResource,
                        views: Sequence[View]) -> dg.SensorResult | dg.SkipReason:
-    """What is new is what `inorder run` would ingest (`pipelines.run.plan_run`, read from the ingest
+    """What is new is what `inorder run` would ingest (`pipelines.facade.plan_run`, read from the ingest
     log): a file already ingested, by the CLI or by an earlier run, never starts a run; a file whose
     stem another file claimed gets its whole name as key (ingested as a visible clash, never skipped);
     a changed file gets `name@hash` (set aside as a rejected batch). The cursor keeps the keys

@@ -1,4 +1,4 @@
-"""What Dagster run a run plan (`pipelines.run.plan_run`) becomes: `inorder run` executes it, the landing
+"""What Dagster run a run plan (`pipelines.facade.plan_run`) becomes: `inorder run` executes it, the landing
 sensor and the tick schedule request it."""
 
 from typing import NamedTuple, Sequence
@@ -6,7 +6,7 @@ from typing import NamedTuple, Sequence
 import dagster as dg
 
 from assets.tags import RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
-from pipelines.run import RunPlan
+from pipelines.facade import RunPlan
 
 INGEST_AND_PROJECT, PROJECT = "ingest_and_project", "project_views"
 LOG_KEYS = [dg.AssetKey("errors"), dg.AssetKey("gaps")]

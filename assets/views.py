@@ -1,6 +1,6 @@
 """One asset per view. Selecting several shares one Spark pass (a subsettable multi-asset).
 
-Each view's asset carries the view's fingerprint as its `code_version` (pipelines/versions.py), so
+Each view's asset carries the view's fingerprint as its `code_version` (pipelines/store/versions.py), so
 the UI marks a view whose code changed since its last materialisation. Materialised with
 `rebuild: true` (the `rebuild_view` job), the selected views are rebuilt with no downtime, and their
 checks run after, as after any materialisation."""
@@ -12,13 +12,13 @@ from pydantic import Field
 
 from assets.logs import LOG_METADATA, LOG_SPECS
 from assets.tags import STORE_POOL, TICK_TAG, run_time
-from pipelines.health import last_run_counts, view_lag
-from pipelines.publish import Position, Publication, read_positions
-from pipelines.run import ProjectionStats, operator_action, project_views, publish, rebuild
-from pipelines.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
+from pipelines.observe.health import last_run_counts, view_lag
+from pipelines.serve.publish import Position, Publication, read_positions
+from pipelines.facade import ProjectionStats, operator_action, project_views, publish, rebuild
+from pipelines.observe.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
-from pipelines.store import OUTCOME_COLUMNS, Home, Store
-from pipelines.versions import fingerprint
+from pipelines.store.database import OUTCOME_COLUMNS, Home, Store
+from pipelines.store.versions import fingerprint
 from pipelines.view import View
 from resources import HomeResource, SparkResource
 

@@ -11,10 +11,10 @@ from pyspark.sql import SparkSession
 
 from bench.data import jsonl_files, land
 from bench.measure import RssSampler, timer
-from pipelines.run import run
-from pipelines.spark import shuffle_partitions
-from pipelines.status import open_read_only, read_status
-from pipelines.store import Home
+from pipelines.facade import run
+from pipelines.spark.session import shuffle_partitions
+from pipelines.observe.status import open_read_only, read_status
+from pipelines.store.database import Home
 from bench.data import BANK_VIEWS
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
@@ -28,7 +28,7 @@ def fresh_home(root: Path) -> Home:
 
 def engine_run(spark: SparkSession, home_root: Path, inputs: Path, spark_start_s: float,
                sampler: RssSampler) -> dict:
-    """`inorder run` (pipelines.run.run, the CLI's call) on the batches in `inputs`, at logical time T0."""
+    """`inorder run` (pipelines.facade.run, the CLI's call) on the batches in `inputs`, at logical time T0."""
     home = fresh_home(home_root)
     land(jsonl_files(inputs), home.landing)
     with sampler.phase("bulk"):

@@ -5,9 +5,9 @@ evaluated the old way and the new way, side by side.
     python -m bench.expectations --rows 1000000,10000000
 
 - **old**: GX 1.x validating each whole table on pandas (``SELECT * ... .df()``, then a pandas batch),
-  what the check ran before issue 12: `pipelines.expectations.validate_view_on_pandas`, the port of
+  what the check ran before issue 12: `pipelines.observe.expectations.validate_view_on_pandas`, the port of
   `assets.checks.validate_view` to a connection (tests/test_expectations.py holds them equal);
-- **new**: `pipelines.expectations.validate_view`, the same rules evaluated in DuckDB SQL, only the
+- **new**: `pipelines.observe.expectations.validate_view`, the same rules evaluated in DuckDB SQL, only the
   sample rows of a failing rule reaching pandas.
 
 For each size, a DuckDB read store (cached under --work) holds the bank views' two big tables,
@@ -96,11 +96,11 @@ def child(implementation: str, database: Path) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from pipelines.store import connect
+    from pipelines.store.database import connect
     from views.account_activity import VIEW as ACTIVITY_VIEW
     from views.accounts import VIEW as ACCOUNTS_VIEW
 
-    from pipelines import expectations
+    from pipelines.observe import expectations
 
     run = expectations.validate_view_on_pandas if implementation == "old" else expectations.validate_view
     expectations._gx()  # GX is imported before the clock starts

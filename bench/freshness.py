@@ -5,7 +5,7 @@ are committed, three ways, each over ROUNDS rounds (medians):
   Connect server up (`inorder spark start`), once cold (`local[*]`, a JVM per run);
 - `dagster`: `dagster dev` (webserver, daemon, landing sensor) with the warm server up, from the moment
   the file is written into the landing folder to the ledger's `committed_at` of the batch;
-- `engine`: `pipelines.run.run` in this process's warm Spark session: the engine's own share.
+- `engine`: `pipelines.facade.run` in this process's warm Spark session: the engine's own share.
 
 Where the time goes comes from the runs themselves: the Dagster instance's run and step records
 (created, started, each step's start and end) and the `run/…_seconds` metadata of the projection
@@ -32,9 +32,9 @@ import duckdb
 from bench.bulk import T0, fresh_home
 from bench.data import BANK_VIEWS, bank_batches, incremental_batch, inorder_cli, jsonl_files, land
 from bench.incremental import T_INCREMENT
-from pipelines.run import run
-from pipelines.spark_server import free_port
-from pipelines.store import Home
+from pipelines.facade import run
+from pipelines.spark.server import free_port
+from pipelines.store.database import Home
 
 ROUNDS = 5
 PATHS = (  # (result key, what is timed, target key, the median's key); the report's rows
@@ -42,7 +42,7 @@ PATHS = (  # (result key, what is timed, target key, the median's key); the repo
     ("cli_cold", "inorder run, cold (local[*]): process start to exit", "freshness_cli_cold_s", "wall_s"),
     ("dagster", "dagster dev + landing sensor, warm Spark server: file written to views committed",
      "freshness_dagster_s", "freshness_s"),
-    ("engine", "the engine alone, warm session (pipelines.run.run)", None, "wall_s"),
+    ("engine", "the engine alone, warm session (pipelines.facade.run)", None, "wall_s"),
 )
 DAGSTER_WAIT_SECONDS = 300  # for `dagster dev` to come up, and for one batch to be committed through it
 STEP_PARTS = ("event_batches", "projections")
@@ -273,7 +273,7 @@ def freshness_case(spark, work: Path, cache: Path, store_events: int, batch_even
 if __name__ == "__main__":
     import argparse
 
-    from pipelines.spark import spark_session
+    from pipelines.spark.session import spark_session
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store-events", type=int, default=1_000_000)

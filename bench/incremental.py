@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from bench.bulk import T0, fresh_home
 from bench.data import land
 from bench.measure import RssSampler
-from pipelines.run import run
-from pipelines.store import Home
+from pipelines.facade import run
+from pipelines.store.database import Home
 from bench.data import BANK_VIEWS
 
 T_INCREMENT = T0 + timedelta(seconds=60)  # before any gap of the bulk run times out

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import pipelines.inspect as live
+import pipelines.engine.normalise as live
 import tests.inspect_reference as reference
 from bench import data
 

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipelines.registry import load_views
-from pipelines.run import run
-from pipelines.spark import spark_session
-from pipelines.store import Home
+from pipelines.facade import run
+from pipelines.spark.session import spark_session
+from pipelines.store.database import Home
 
 UI_PORT = 4077
 

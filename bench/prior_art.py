@@ -17,8 +17,8 @@ import duckdb
 import pyarrow.parquet as pq
 
 from bench.peer import ordering_entries
-from pipelines.ingest import archive_path
-from pipelines.store import Home
+from pipelines.engine.ingest import archive_path
+from pipelines.store.database import Home
 from pipelines.view import View
 
 DDL = """

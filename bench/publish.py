@@ -5,7 +5,7 @@
 In ONE process and ONE warm Spark session, against a throwaway PostgreSQL server
 (tests/postgres.py, durable: fsync and synchronous commit on):
 
-1. **bulk**: `inorder run` (pipelines.run.run, the CLI's call) on the N-event bank input into two
+1. **bulk**: `inorder run` (pipelines.facade.run, the CLI's call) on the N-event bank input into two
    fresh homes, one with INORDER_SERVE_POSTGRES set (its first publication of each view is full:
    every row) and one without. Reports the rows published, the publish seconds and rows/s (from
    `ProjectionStats.publications` and `publish_seconds`), both runs' wall times and their ratio, and
@@ -78,9 +78,9 @@ def serving(dsn: str | None, schema: str = "public") -> Iterator[None]:
 
 
 def one_run(spark, home, now, dsn: str | None, schema: str = "public") -> dict:
-    """pipelines.run.run on whatever is in the landing folder, publishing to `dsn` (None: not at all);
+    """pipelines.facade.run on whatever is in the landing folder, publishing to `dsn` (None: not at all);
     its wall time and publication figures."""
-    from pipelines.run import run
+    from pipelines.facade import run
 
     with serving(dsn, schema):
         report = run(spark, home, BANK_VIEWS, now=now)
@@ -190,7 +190,7 @@ def instrumented(steps: Steps) -> Iterator[None]:
     the connection; per table, the whole `_publish_table`. Patches are undone on exit."""
     import psycopg
 
-    from pipelines import publish as pub
+    from pipelines.serve import publish as pub
 
     # the originals, looked up by name: a step whose function was renamed is just not timed
     originals = {key: getattr(owner, name, None) for key, (owner, name) in {
@@ -278,7 +278,7 @@ def instrumented(steps: Steps) -> Iterator[None]:
 
 def profile_round(spark, batch: Path, served, dsn: str) -> dict:
     """One more batch on the publishing home: the publication's steps and a cProfile of Publishing.publish."""
-    from pipelines import publish as pub
+    from pipelines.serve import publish as pub
 
     steps, profiler = Steps(), cProfile.Profile()
     original = pub.Publishing.publish
@@ -310,7 +310,7 @@ def matches(served, dsn: str) -> dict:
     """Row counts of each view table in DuckDB and in PostgreSQL (the publishing home), and the entries."""
     import psycopg
 
-    from pipelines.status import open_read_only
+    from pipelines.observe.status import open_read_only
 
     con = open_read_only(served)
     try:
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import psycopg
 
-    from pipelines.spark import spark_session
+    from pipelines.spark.session import spark_session
     from tests.postgres import PostgresServer
 
     cache = Path(args.work) / "inputs"

@@ -31,9 +31,23 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 # phase -> (module, function) candidates, tried in order: the first one found is wrapped
 PHASE_HOOKS = {
-    "state_load": [("pipelines.project", "load_inputs")],
-    "commit": [("pipelines.run", "commit_pass")],
+    "state_load": [("pipelines.engine.project", "load_inputs"), ("pipelines.project", "load_inputs")],
+    "commit": [("pipelines.facade", "commit_pass"), ("pipelines.run", "commit_pass")],
 }
+# where each engine function the bench calls lives: the package's rooms, then the flat layout before them
+ENGINE_NAMES = {"run": ("pipelines.facade", "pipelines.run"),
+                "spark_session": ("pipelines.spark.session", "pipelines.spark"),
+                "Home": ("pipelines.store.database", "pipelines.store")}
+
+
+def engine_name(name: str):
+    """`name` from the first of its ENGINE_NAMES modules that this checkout's engine has."""
+    for module in ENGINE_NAMES[name]:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ModuleNotFoundError:
+            continue
+    raise ImportError(f"no engine module of {ENGINE_NAMES[name]} defines {name}")
 
 
 def say_phase(name: str) -> None:
@@ -50,7 +64,10 @@ class PhaseClock:
     def install(self) -> None:
         for phase, candidates in PHASE_HOOKS.items():
             for module_name, attribute in candidates:
-                module = importlib.import_module(module_name)
+                try:
+                    module = importlib.import_module(module_name)
+                except ModuleNotFoundError:  # an engine of the other layout
+                    continue
                 if hasattr(module, attribute):
                     setattr(module, attribute, self._timed(phase, getattr(module, attribute)))
                     self.hooked[phase] = f"{module_name}.{attribute}"
@@ -81,7 +98,7 @@ def land(source: Path, landing: Path) -> None:
 
 
 def measured_run(spark, home, views, step: dict, clock: PhaseClock) -> dict:
-    from pipelines.run import run
+    run = engine_name("run")
 
     land(Path(step["file"]), home.landing)
     clock.seconds = {}
@@ -111,8 +128,7 @@ def main(plan_path: str, result_path: str) -> None:
     plan = json.loads(Path(plan_path).read_text())
     import pipelines
     from pipelines.registry import load_views
-    from pipelines.spark import spark_session
-    from pipelines.store import Home
+    spark_session, Home = engine_name("spark_session"), engine_name("Home")
 
     views = load_views("views")
     clock = PhaseClock()

@@ -54,9 +54,9 @@ from pyspark.sql.types import StructType
 
 from bench.measure import RssSampler
 from bench.peer import COMPARED, ORDERING_VIEW, inorder_ordering, ordering_entries
-from pipelines.ingest import archive_path
-from pipelines.status import open_read_only
-from pipelines.store import Home
+from pipelines.engine.ingest import archive_path
+from pipelines.observe.status import open_read_only
+from pipelines.store.database import Home
 from pipelines.view import View
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -276,8 +276,8 @@ def run(spark: SparkSession, home: Home, work: Path, sampler: RssSampler, view: 
 
 def main(argv: list[str] | None = None) -> int:
     from bench import bulk, data
-    from pipelines.run import ingest_batch
-    from pipelines.spark import spark_session
+    from pipelines.facade import ingest_batch
+    from pipelines.spark.session import spark_session
 
     root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="python -m bench.state_peer", description=__doc__.split("\n\n")[0])

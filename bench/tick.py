@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from bench.bulk import T0, fresh_home
 from bench.data import blocked_batches, land
 from bench.measure import RssSampler
-from pipelines.run import run
+from pipelines.facade import run
 from bench.data import BANK_VIEWS
 
 

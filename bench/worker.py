@@ -16,9 +16,9 @@ from pathlib import Path
 
 from bench import bulk, data, freshness, incremental, peer, prior_art, state_peer, tick
 from bench.measure import RssSampler, timer
-from pipelines.run import run
-from pipelines.spark import spark_session
-from pipelines.store import Home
+from pipelines.facade import run
+from pipelines.spark.session import spark_session
+from pipelines.store.database import Home
 from bench.data import BANK_VIEWS
 from views.bank_generator import GeneratorConfig, generate
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from inorder.terminal import say
-from pipelines.status import plural
-from pipelines.store import OUTCOME_COLUMNS, Home
-from pipelines.versions import ViewSetMismatch
+from pipelines.observe.status import plural
+from pipelines.store.database import OUTCOME_COLUMNS, Home
+from pipelines.store.versions import ViewSetMismatch
 
 if TYPE_CHECKING:  # importing it loads Dagster, which only `run` needs
     from inorder.dagster_runs import CliRun
@@ -91,7 +91,7 @@ def _fraction(text: str) -> float:
 
 def _spark():
     """A lazy session: the engine starts Spark only when a pass has work."""
-    from pipelines.spark import spark_session
+    from pipelines.spark.session import spark_session
 
     return spark_session
 
@@ -156,7 +156,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from pipelines.store import Store
+    from pipelines.store.database import Store
 
     from pipelines.registry import load_views
 
@@ -190,7 +190,7 @@ def _store_views():
     """The home, and the views of INORDER_VIEWS: views that cannot run together are refused first, then
     views the home's store does not hold (ViewSetMismatch, exit 5), each in one line, before anything is
     written."""
-    from pipelines.store import Store
+    from pipelines.store.database import Store
 
     views = _views()
     home = _home()
@@ -237,7 +237,7 @@ def _add_views(home: Home, names: list[str]) -> None:
     """`inorder run --add-views`: record views the store does not hold yet (and make their tables), the
     explicit act that lets INORDER_VIEWS bring them to a store holding others."""
     from pipelines.registry import view_named
-    from pipelines.store import Store
+    from pipelines.store.database import Store
 
     views = _views()
     for name in names:
@@ -248,7 +248,7 @@ def _add_views(home: Home, names: list[str]) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import run_through_dagster
 
-    from pipelines.select import describe_unrouted, subscribed_types
+    from pipelines.engine.routing import describe_unrouted, subscribed_types
 
     views = _views()
     home = _home()
@@ -314,14 +314,14 @@ def _batch_warnings(batches: list[dict], subscribed: list[str]) -> list[str]:
 def _store(views=None):
     """A read-only connection to the home's store (it waits while a run holds the file, like every reader),
     refusing loaded views the store does not hold (exit 5)."""
-    from pipelines.store import Store
+    from pipelines.store.database import Store
 
     return Store.open_read_only(_home(), _views() if views is None else views)
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from pipelines.publish import format_positions, read_positions
-    from pipelines.status import format_status, read_status, status_document
+    from pipelines.serve.publish import format_positions, read_positions
+    from pipelines.observe.status import format_status, read_status, status_document
 
     views = _views()
     with _store(views) as store:
@@ -358,7 +358,7 @@ def _print_listing(args: argparse.Namespace, counts: dict[str, int], key: str, r
 
 
 def cmd_errors(args: argparse.Namespace) -> None:
-    from pipelines.status import ERROR_HEADER, read_errors
+    from pipelines.observe.status import ERROR_HEADER, read_errors
 
     _known_view(args.view)
     with _store() as store:
@@ -372,7 +372,7 @@ def cmd_errors(args: argparse.Namespace) -> None:
 
 
 def cmd_pending(args: argparse.Namespace) -> None:
-    from pipelines.status import BLOCKED_HEADER, blocked_streams
+    from pipelines.observe.status import BLOCKED_HEADER, blocked_streams
 
     views = _views()
     _known_view(args.view)
@@ -385,7 +385,7 @@ def cmd_pending(args: argparse.Namespace) -> None:
 
 def cmd_query(args: argparse.Namespace) -> None:
     import csv
-    from pipelines.store import Store
+    from pipelines.store.database import Store
 
     with Store.open_read_only(_home()) as store:  # any SQL, whatever INORDER_VIEWS loads
         cursor = store.con.execute(args.sql)
@@ -413,7 +413,7 @@ def cmd_operator(args: argparse.Namespace) -> None:
     if not streams:
         print(f"view {args.view} has no parked streams: nothing to {args.command}")
         return
-    from pipelines.status import acted_on, describe_operator_outcome
+    from pipelines.observe.status import acted_on, describe_operator_outcome
 
     with _store(views) as store:
         print(describe_operator_outcome(args.command, args.view, acted_on(store.con, args.view, streams)))
@@ -443,7 +443,7 @@ def describe_checks(checks: dict[str, str]) -> str:
 def cmd_publish(args: argparse.Namespace) -> None:
     """`inorder publish`, as a Dagster run (each view published is materialised, followed by its checks)."""
     from inorder.dagster_runs import publish_through_dagster
-    from pipelines.publish import describe
+    from pipelines.serve.publish import describe
     from pipelines.registry import view_named
 
     home, views = _store_views()
@@ -454,7 +454,7 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_reingest(args: argparse.Namespace) -> None:
-    from pipelines.run import reingest_batches
+    from pipelines.facade import reingest_batches
 
     home, views = _store_views()
     results, stats = reingest_batches(_spark(), home, views, args.batches, args.now, progress=say)
@@ -466,8 +466,8 @@ def cmd_reingest(args: argparse.Namespace) -> None:
 
 
 def cmd_remove_view(args: argparse.Namespace) -> None:
-    from pipelines.store import Store
-    from pipelines.versions import remove_view
+    from pipelines.store.database import Store
+    from pipelines.store.versions import remove_view
 
     with Store.open(_home(), ()) as store:  # no views: none is recorded or checked on the way
         removed = remove_view(store.con, args.view, args.yes)
@@ -481,8 +481,8 @@ def cmd_remove_view(args: argparse.Namespace) -> None:
 
 
 def cmd_spark(args: argparse.Namespace) -> None:
-    """`inorder spark start|stop|status`: the home's warm Spark Connect server (pipelines/spark_server.py)."""
-    from pipelines import spark_server
+    """`inorder spark start|stop|status`: the home's warm Spark Connect server (pipelines/spark/server.py)."""
+    from pipelines.spark import server as spark_server
 
     home = _home()
     files = spark_server.ServerFiles.of(home.root)
@@ -558,7 +558,7 @@ def _home_commands(command) -> None:
 
 def _reading_commands(command, as_json: dict) -> None:
     """`run`, and the commands that read the store: `status`, `query`, `errors`, `pending`."""
-    from pipelines.status import ERROR_KINDS
+    from pipelines.observe.status import ERROR_KINDS
 
     r = command("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
@@ -623,7 +623,7 @@ def _operator_commands(command) -> None:
 
 def _spark_command(command, as_json: dict) -> None:
     """`inorder spark start|stop|status`."""
-    from pipelines.spark_server import DEFAULT_IDLE_MINUTES
+    from pipelines.spark.server import DEFAULT_IDLE_MINUTES
 
     k = command("spark", help="a warm Spark Connect server on loopback that runs of this home use")
     k_sub = k.add_subparsers(dest="action", required=True)
@@ -647,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"inorder: refused: {exc}", file=sys.stderr)
         return WRONG_VIEWS_EXIT
     except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
-        from pipelines.spark import debugging
+        from pipelines.spark.settings import debugging
 
         if debugging():
             raise

@@ -15,8 +15,8 @@ import dagster as dg
 
 from assets.tags import CLI_HOME_TAG
 from inorder.terminal import PROGRESS_LOGGER
-from pipelines.spark import debugging
-from pipelines.store import Home, Store, take_lock
+from pipelines.spark.settings import debugging
+from pipelines.store.database import Home, Store, take_lock
 from resources import DEFAULT_LOCK_WAIT_SECONDS, HomeResource
 
 INSTANCE_YAML = """\
@@ -105,7 +105,7 @@ def _materializations(instance: dg.DagsterInstance, run_id: str, key: str) -> di
 def _refusals(home: Home, views) -> dict[str, str]:
     """view -> the one line saying why runs do not project it (its tables changed), whether or not
     this run had anything for it (a tick walks only the views with a timer due)."""
-    from pipelines.versions import read_versions
+    from pipelines.store.versions import read_versions
 
     with Store.open_read_only(home) as store:
         versions = read_versions(store.con, views)
@@ -174,7 +174,7 @@ def _run_through_dagster(cli: CliDagster, now: datetime | None, started: float) 
     from assets.partitions import BATCHES
     from assets.tags import NOW_TAG, TICK_TAG
     from assets.targets import INGEST_AND_PROJECT, PROJECT, run_target
-    from pipelines.run import plan_run
+    from pipelines.facade import plan_run
 
     home, views, instance = cli.home, cli.views, cli.instance
     tags = {NOW_TAG: now.isoformat()} if now else {}
@@ -229,7 +229,7 @@ def _report_projection(cli: CliDagster, result: dg.ExecuteInProcessResult, repor
 def _publication_lag(home: Home, views) -> str | None:
     """Why PostgreSQL (when it serves reads) does not show DuckDB's newest commit after the run, if it
     does not: its error, or the views it is behind on (a run that materialised no view reports it too)."""
-    from pipelines.publish import read_positions
+    from pipelines.serve.publish import read_positions
 
     with Store.open_read_only(home) as store:
         positions = read_positions(store.con, views)
@@ -274,7 +274,7 @@ def _user_error(result: dg.ExecuteInProcessResult) -> str:
     while error.cause is not None:
         error = error.cause
     message = error.message.strip()
-    name, colon, said = message.partition(": ")  # "pipelines.order.NotParked: stream … is not parked"
+    name, colon, said = message.partition(": ")  # "pipelines.engine.order.NotParked: stream … is not parked"
     return said if colon and name.rsplit(".", 1)[-1] == error.cls_name else message
 
 
@@ -308,7 +308,7 @@ def publish_through_dagster(home: Home, views, full: str | None):
     checks follow. Returns the publications, in the order they were made."""
     from assets.jobs import PUBLISH_JOB
     from assets.views import PUBLISH, action_config
-    from pipelines.publish import Publication
+    from pipelines.serve.publish import Publication
 
     cli = CliDagster(home, views, home.lock_wait_seconds)
     done = _run_written(cli, PUBLISH_JOB, action_config(PUBLISH, **({"full": full} if full else {})), None)

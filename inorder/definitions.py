@@ -11,7 +11,7 @@ from typing import Sequence
 import dagster as dg
 
 from inorder.terminal import PROGRESS_LOGGER, progress_logger
-from pipelines.store import Home
+from pipelines.store.database import Home
 from pipelines.view import View
 
 
@@ -44,7 +44,7 @@ def defs() -> dg.Definitions:
     refuses to load views its home's store does not hold (or none of the views it holds), with the line
     `inorder run` prints: an asset of a foreign view would write them into the store for good."""
     from pipelines.registry import load_views
-    from pipelines.store import Store
+    from pipelines.store.database import Store
 
     views, home = load_views(), Home.from_env()
     if home.database.exists():

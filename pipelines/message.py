@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 class Message(NamedTuple):
     """One normalised message of a stream as it crosses the pass (the stream id travels beside it).
 
-    Its fields are the columns a pass reads and writes for a message (pipelines/project.py builds
+    Its fields are the columns a pass reads and writes for a message (pipelines/engine/project.py builds
     both from `Message._fields`)."""
 
     seq: int

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from pipelines.store import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES, Home
+from pipelines.store.database import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES, Home
 from pipelines.view import View
 
 VIEWS_VARIABLE = "INORDER_VIEWS"

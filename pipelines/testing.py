@@ -8,7 +8,7 @@
     assert result.errors == []
 
 The records are one batch in the default record shape (or a source mapping's). They go through the
-engine's own inspection (`pipelines.inspect`), ordering walk (`pipelines.order.walk_stream`) and
+engine's own inspection (`pipelines.engine.normalise`), ordering walk (`pipelines.engine.order.walk_stream`) and
 apply code, so a view behaves here as it does in `inorder run` on the same batch.
 
 `replay_entries` runs views over a whole ingest log in memory: batch files (JSON Lines, CSV or
@@ -26,10 +26,10 @@ from typing import Any, Iterable, Sequence
 
 from pathlib import Path
 
-from pipelines.inspect import InspectedBatch, RejectedFile, SourceMapping, inspect_file, inspect_json_lines
+from pipelines.engine.normalise import InspectedBatch, RejectedFile, SourceMapping, inspect_file, inspect_json_lines
 from pipelines.message import Message
-from pipelines.order import HandlerBugFailure, NotParked, PassEntry, PassOutput, StreamState, walk_stream
-from pipelines.store import us_from_utc
+from pipelines.engine.order import HandlerBugFailure, NotParked, PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.store.database import us_from_utc
 from pipelines.view import Table, View
 
 REPLAY_BATCH = "replay"
@@ -258,7 +258,7 @@ def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> Inspecte
 
 def _due(view: View, watermark: dict, t_us: int) -> bool:
     """A buffered stream a run walks with no new message: its gap timer is due, or its buffer is over
-    max_pending (the others would walk to the state they have: pipelines/project.py's DUE_BUFFERS)."""
+    max_pending (the others would walk to the state they have: pipelines/engine/project.py's DUE_BUFFERS)."""
     since = watermark["blocked_since_us"]
     return not watermark["parked"] and (since is None or watermark["pending_count"] > view.max_pending
                                         or since + view.gap_timeout_us <= t_us)
@@ -267,7 +267,7 @@ def _due(view: View, watermark: dict, t_us: int) -> bool:
 def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedStore, first_seq: int) -> None:
     """One run's pass over some entries for one view, and its commit (the state it keeps): the streams
     it walks are those the entries bring messages for or act on, and the buffered ones due by the last
-    entry's time (pipelines/project.py's `load_inputs`)."""
+    entry's time (pipelines/engine/project.py's `load_inputs`)."""
     view = vs.view
     entries = [p.entry for p in projected]
     new: dict[str, list[Message]] = {}

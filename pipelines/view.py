@@ -373,7 +373,7 @@ def in_set(table: str, column: str, values: tuple[Any, ...]) -> Expectation:
 class AddColumn:
     """A migration: `column` of `table` (declared there, nullable: not in the primary key) was added,
     and the rows already stored stay right without it (they read NULL there). Applied with
-    `ALTER TABLE … ADD COLUMN` instead of a rebuild (pipelines/versions.py)."""
+    `ALTER TABLE … ADD COLUMN` instead of a rebuild (pipelines/store/versions.py)."""
 
     table: str
     column: str

@@ -7,7 +7,7 @@ from typing import Iterable, Optional
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from pipelines.store import Home, Store
+from pipelines.store.database import Home, Store
 from pipelines.view import View
 
 DEFAULT_LOCK_WAIT_SECONDS = 900.0  # runs queue on the store's lock rather than fail: Dagster pools keep them apart
@@ -22,7 +22,7 @@ class SparkResource(dg.ConfigurableResource):
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, over INORDER_SPARK_CONF and inorder's defaults")
 
     def session(self):
-        from pipelines.spark import spark_session
+        from pipelines.spark.session import spark_session
 
         return spark_session(self.master, self.conf)  # None: INORDER_SPARK_MASTER or local[*]
 

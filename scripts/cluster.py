@@ -25,8 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.spark_server import LOOPBACK as HOST
-from pipelines.spark_server import free_port, group_alive, port_open, spark_home
+from pipelines.spark.server import LOOPBACK as HOST
+from pipelines.spark.server import free_port, group_alive, port_open, spark_home
 
 SPARK_HOME = spark_home()
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mutmut.stats import status_by_exit_code
 
-FILES = ("pipelines/order.py", "pipelines/apply.py", "pipelines/inspect.py")
+FILES = ("pipelines/engine/order.py", "pipelines/engine/apply.py", "pipelines/engine/normalise.py")
 EXPLAINED = Path("docs/mutants_explained.toml")
 UNDETECTED = ("survived", "no tests", "suspicious")
 

@@ -20,7 +20,7 @@ os.environ.setdefault("INORDER_SPARK_CONF", json.dumps({"spark.driver.extraJavaO
 
 @pytest.fixture(scope="session")
 def spark():
-    from pipelines.spark import spark_session
+    from pipelines.spark.session import spark_session
 
     # the session the whole run shares keeps the JVM's optimising compiler (no QUICK_JVM)
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g",

@@ -1,5 +1,5 @@
 """DESIGN §3, computed from the raw tables of a store with SQL of its own: the tests' check of the
-engine's conservation, independent of what the engine reports (pipelines/status.py, the checks).
+engine's conservation, independent of what the engine reports (pipelines/observe/status.py, the checks).
 
 For every view: sum(selected) over its ledger = the sum of its outcomes + the messages its buffer
 holds now (rows of inorder.pending), and the ledger's newest `pending` is that count; every late and

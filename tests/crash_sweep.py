@@ -47,7 +47,7 @@ INORDER = str(Path(sys.executable).with_name("inorder"))
 VOLATILE = {"inorder.batches": {"committed_at"}, "inorder.errors": {"error_id"},
             "inorder.view_versions": {"recorded_at"}}
 REBUILT_VIEW = "account_activity"
-SHADOW_PREFIX = "inorder_rebuild_"  # pipelines/layout.py: a rebuild's shadow schemas
+SHADOW_PREFIX = "inorder_rebuild_"  # pipelines/store/layout.py: a rebuild's shadow schemas
 
 
 @dataclass(frozen=True)

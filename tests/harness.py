@@ -9,9 +9,9 @@ from typing import Any, Sequence
 
 import duckdb
 
-from pipelines.order import NotParked
-from pipelines.run import operator_action, run
-from pipelines.store import Home, Store, us_from_utc
+from pipelines.engine.order import NotParked
+from pipelines.facade import operator_action, run
+from pipelines.store.database import Home, Store, us_from_utc
 from pipelines.view import View
 from tests.conservation import store_violations
 from tests.reference_model import Entry, last_line, split_lines

@@ -135,7 +135,7 @@ MAX_TREND_MB_PER_100 = 10.0
 
 def soak(spark, home_root: Path, batches: int, events_per_batch: int, seed: int,
          progress=lambda message: None, sample_every: int = 10) -> SoakReport:
-    from pipelines.store import Home
+    from pipelines.store.database import Home
 
     shutil.rmtree(home_root, ignore_errors=True)
     entries = soak_entries(batches, events_per_batch, seed, home_root / "staging")
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="fail when RSS grows faster than this over the second half (MB per 100 entries)")
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pipelines.spark import spark_session
+    from pipelines.spark.session import spark_session
 
     spark = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"})
     out = Path(args.out).resolve()

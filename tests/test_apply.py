@@ -1,4 +1,4 @@
-"""The table API a handler gets (pipelines/apply.py), misused: each misuse is a handler error of class
+"""The table API a handler gets (pipelines/engine/apply.py), misused: each misuse is a handler error of class
 `bug` that names what was wrong, and whatever the handler wrote before it is rolled back. Through
 `pipelines.testing.replay`, the engine's own walk and apply, with no Spark."""
 

@@ -10,7 +10,7 @@ import dagster as dg
 
 from assets.tags import CLI_HOME_TAG
 from inorder.cli import main
-from pipelines.checks import view_checks
+from pipelines.observe.checks import view_checks
 from assets.schedules import TICK_INTERVAL
 from tests.builders import dep, opened
 

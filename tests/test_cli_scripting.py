@@ -18,9 +18,9 @@ import duckdb
 import pytest
 
 from pipelines.registry import load_views
-from pipelines.spark import stage_progress
-from pipelines.status import blocked_streams, blocked_streams_markdown
-from pipelines.store import OUTCOME_COLUMNS
+from pipelines.spark.session import stage_progress
+from pipelines.observe.status import blocked_streams, blocked_streams_markdown
+from pipelines.store.database import OUTCOME_COLUMNS
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"
@@ -171,7 +171,7 @@ def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
 
 
 def test_status_json_says_where_postgresql_stands(shop, postgres):
-    """With INORDER_SERVE_POSTGRES, `postgres` holds what pipelines.publish.read_positions returns."""
+    """With INORDER_SERVE_POSTGRES, `postgres` holds what pipelines.serve.publish.read_positions returns."""
     home, env, _ = shop
     down = as_json({**env, "INORDER_SERVE_POSTGRES": "host=127.0.0.1 port=1 connect_timeout=1"}, "status")["postgres"]
     assert down["views"] == [] and down["error"].startswith("cannot connect to PostgreSQL")

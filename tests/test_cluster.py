@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipelines.store import Home
+from pipelines.store.database import Home
 from scripts.cluster import QUICK_JVM, Cluster, event_log_conf
 from tests.harness import assert_same_store, read_store
 from tests.domains import BANK_VIEWS

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import duckdb
 import pytest
 
-from pipelines.store import ENGINE_DDL
+from pipelines.store.database import ENGINE_DDL
 from tests.conservation import violations
 
 AT = datetime(2026, 11, 2, tzinfo=timezone.utc)

@@ -15,10 +15,10 @@ from assets import build_layer
 from assets.checks import view_checks
 from assets.tags import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
 from inorder.definitions import build_definitions
-from pipelines.run import ingest_batch
-from pipelines.expectations import SUITE_HEADER
-from pipelines.status import read_status
-from pipelines.store import Home, Store
+from pipelines.facade import ingest_batch
+from pipelines.observe.expectations import SUITE_HEADER
+from pipelines.observe.status import read_status
+from pipelines.store.database import Home, Store
 from resources import HomeResource, SparkResource
 from tests.conservation import store_violations
 from tests.harness import across_passes, assert_same_store, read_store
@@ -364,16 +364,16 @@ def test_rebuild_view_job_is_a_materialisation_whose_checks_run(projected_home):
 
 
 def test_a_rebuild_that_breaks_conservation_is_blocked_by_its_check(projected_home, monkeypatch):
-    import pipelines.run
+    import pipelines.facade
 
-    real_swap = pipelines.run.swap
+    real_swap = pipelines.facade.swap
 
     def swap_then_lose_a_count(store, view, shadow):
         real_swap(store, view, shadow)
         store.con.execute("UPDATE inorder.batches SET applied = applied + 1 WHERE view = ? "
                           "AND entry_idx = (SELECT min(entry_idx) FROM inorder.batches)", [view.name])
 
-    monkeypatch.setattr(pipelines.run, "swap", swap_then_lose_a_count)
+    monkeypatch.setattr(pipelines.facade, "swap", swap_then_lose_a_count)
     result = _rebuild_in_dagster(projected_home, "account_activity")
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["conservation"] is False
@@ -381,7 +381,7 @@ def test_a_rebuild_that_breaks_conservation_is_blocked_by_its_check(projected_ho
 
 
 def test_a_second_writer_fails_with_one_clear_message(tmp_path):
-    from pipelines.store import Store, StoreBusy
+    from pipelines.store.database import Store, StoreBusy
 
     home = Home(tmp_path / "home")
     with Store.open(home, BANK_VIEWS):
@@ -396,7 +396,7 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
     run after it); nothing due but no entry for a tick interval → a tick that walks nothing, commits
     without Spark work and materialises nothing; otherwise no run."""
     from assets.schedules import TICK_INTERVAL
-    from pipelines.run import run
+    from pipelines.facade import run
 
     home = Home(tmp_path / "home").ensure()
     tick_schedule = LAYER.schedule
@@ -442,7 +442,7 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
 def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
     """Every column of every view table and of the error and gap logs has its schema and a description
     in the asset's metadata; a view's owners, tags and freshness reach its asset."""
-    from pipelines.store import ENGINE_DDL
+    from pipelines.store.database import ENGINE_DDL
 
     graph = defs.resolve_asset_graph()
     for view in BANK_VIEWS:

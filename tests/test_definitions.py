@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.registry import load_views
-from pipelines.store import Home, Store
+from pipelines.store.database import Home, Store
 from tests.domains import BANK_VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,13 +74,13 @@ def test_importing_the_dagster_layer_reads_no_environment_and_loads_no_views():
             def copy(self):
                 return dict(self.env)
 
-        import pipelines.registry, pipelines.store
+        import pipelines.registry, pipelines.store.database
 
         def refuse(*args, **kwargs):
             raise AssertionError("loaded at import")
 
         pipelines.registry.load_views = refuse
-        pipelines.store.Home.from_env = refuse
+        pipelines.store.database.Home.from_env = refuse
         os.environ = Watched(os.environ)
         import assets, assets.checks, assets.ingest, assets.jobs, assets.schedules, assets.sensors, assets.views
         import resources, inorder.definitions, inorder.dagster_runs

@@ -13,10 +13,10 @@ from decimal import Decimal
 import duckdb
 import pytest
 
-from pipelines.ingest import ingest_landing, record_entry
-from pipelines.inspect import SourceMapping
-from pipelines.run import project, rebuild, run
-from pipelines.store import Store, us_from_utc
+from pipelines.engine.ingest import ingest_landing, record_entry
+from pipelines.engine.normalise import SourceMapping
+from pipelines.facade import project, rebuild, run
+from pipelines.store.database import Store, us_from_utc
 from tests.builders import T0, batch, dep, msg, opened, tick, wd
 from tests.harness import across_passes, assert_same_store, entry_time, fresh_home, read_store, run_entries, write_batch
 from tests.reference_model import Entry, run_model

@@ -10,7 +10,7 @@ import dataclasses
 import duckdb
 import pytest
 
-from pipelines.run import HandlerBugFailure, operator_action, run
+from pipelines.facade import HandlerBugFailure, operator_action, run
 from tests.builders import batch, dep, opened
 from tests.harness import assert_conserved, assert_same_store, entry_time, fresh_home, read_store, run_entries, \
     write_batch

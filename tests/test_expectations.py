@@ -1,6 +1,6 @@
-"""`pipelines.expectations.validate_view` (the views' expectations evaluated in DuckDB SQL) against
+"""`pipelines.observe.expectations.validate_view` (the views' expectations evaluated in DuckDB SQL) against
 what the `expectations` check ran before: GX 1.x validating each whole table on pandas,
-`pipelines.expectations.validate_view_on_pandas`. On small tables with known violations of every rule,
+`pipelines.observe.expectations.validate_view_on_pandas`. On small tables with known violations of every rule,
 on the repository's own views and on random tables, both must return the same thing: expectations
 evaluated, and the same failures in the same order with the same kwargs, unexpected_count,
 unexpected_percent and sample."""
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.expectations import SUITE_HEADER, suite_markdown, validate_suite, validate_view, validate_view_on_pandas
+from pipelines.observe.expectations import SUITE_HEADER, suite_markdown, validate_suite, validate_view, validate_view_on_pandas
 from pipelines.registry import load_views
 from pipelines.view import Expectation, Table, View, between, in_set, not_null, unique
 
@@ -337,7 +337,7 @@ def declared_rules(draw) -> Expectation:
 def test_rules_configured_without_gx_are_configured_as_gx_does(e):
     """The check imports GX only for rules `declared_config` leaves to it: for every other rule, the type
     and kwargs must be GX's own, value for value and type for type."""
-    from pipelines.expectations import _gx, declared_config, gx_expectation
+    from pipelines.observe.expectations import _gx, declared_config, gx_expectation
 
     declared = declared_config(e)
     if declared is None:

@@ -20,9 +20,9 @@ import pytest
 from inorder.cli import _batch_warnings, _run_document
 from inorder.dagster_runs import CliRun
 from pipelines.registry import load_views
-from pipelines.run import reingest_batches, run
-from pipelines.status import format_status, read_status, status_document
-from pipelines.store import Home, Store
+from pipelines.facade import reingest_batches, run
+from pipelines.observe.status import format_status, read_status, status_document
+from pipelines.store.database import Home, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 INORDER = str(Path(sys.executable).with_name("inorder"))
@@ -158,8 +158,8 @@ def shop_store(tmp_path_factory) -> Path:
     assert inorder(env, "generate", "--domain", "shop", "--out", str(home / "landing"), "--events", "60",
                    "--streams", "5", "--batches", "1").returncode == 0
     with Store.open(Home.from_env(home), load_views("shop.views")) as store:
-        from pipelines.ingest import ingest_landing
-        from pipelines.run import now_us, source_mapping
+        from pipelines.engine.ingest import ingest_landing
+        from pipelines.facade import now_us, source_mapping
 
         ingest_landing(store, Home.from_env(home), source_mapping(Home.from_env(home)), now_us(None))
     return home
@@ -300,7 +300,7 @@ def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source
     assert results == [] and store_contents(home.database) == before
 
     # the archive replays to the same view: a rebuild with the recorded logical times
-    from pipelines.run import rebuild
+    from pipelines.facade import rebuild
 
     rebuild(spark, home, views, views[0])
     with Store.open_read_only(home, views) as store:

@@ -16,11 +16,11 @@ import pytest
 
 from assets import build_layer
 from assets.tags import RANGE_END_TAG, RANGE_START_TAG
-from pipelines.ingest import archive_path, batch_id_of, ingest_landing, new_landing_files
-from pipelines.inspect import MAX_DEPTH, SourceMapping, inspect_file
-from pipelines.run import ingest_batch, run
-from pipelines.status import format_status, read_status
-from pipelines.store import Home, Store
+from pipelines.engine.ingest import archive_path, batch_id_of, ingest_landing, new_landing_files
+from pipelines.engine.normalise import MAX_DEPTH, SourceMapping, inspect_file
+from pipelines.facade import ingest_batch, run
+from pipelines.observe.status import format_status, read_status
+from pipelines.store.database import Home, Store
 from pipelines.view import Table, View
 from resources import HomeResource, SparkResource
 from tests.harness import assert_conserved, assert_same_store, read_store, without

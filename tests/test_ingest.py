@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import ingest
-from pipelines.ingest import LogicalTimeError, archive_path, ingest_landing, record_entry
-from pipelines.inspect import SourceMapping
-from pipelines.store import Home, Store
+from pipelines.engine import ingest
+from pipelines.engine.ingest import LogicalTimeError, archive_path, ingest_landing, record_entry
+from pipelines.engine.normalise import SourceMapping
+from pipelines.store.database import Home, Store
 from tests.builders import dep, opened
 from tests.domains import BANK_VIEWS
 
@@ -62,7 +62,7 @@ def test_ingest_archives_registers_and_rejects(tmp_path, monkeypatch, parallel):
 
 
 def test_ingest_batch_sets_a_later_claimant_of_the_same_id_aside(tmp_path):
-    from pipelines.run import ingest_batch
+    from pipelines.facade import ingest_batch
 
     home = Home(tmp_path / "home").ensure()
     (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
@@ -92,7 +92,7 @@ def test_a_file_named_like_a_tick_entry_is_set_aside_and_ticks_go_on(tmp_path):
 
 
 def test_ingest_batch_of_a_key_that_is_also_a_tick_id_finds_the_file(tmp_path):
-    from pipelines.run import ingest_batch
+    from pipelines.facade import ingest_batch
 
     home = Home(tmp_path / "home").ensure()
     with Store.open(home, BANK_VIEWS) as store:
@@ -106,8 +106,8 @@ def test_ingest_batch_of_a_key_that_is_also_a_tick_id_finds_the_file(tmp_path):
 def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path):
     from dagster._core.definitions.partitions.utils.base import raise_error_on_invalid_partition_key_substring
 
-    from pipelines.ingest import batch_id_of
-    from pipelines.run import ingest_batch
+    from pipelines.engine.ingest import batch_id_of
+    from pipelines.facade import ingest_batch
 
     home = Home(tmp_path / "home").ensure()
     odd = [home.landing / "line\nbreak.jsonl", home.landing / "v1...2.jsonl", home.landing / "tab\there.csv"]

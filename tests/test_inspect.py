@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.inspect import MAX_DEPTH, TOO_DEEP, InspectedBatch, RejectedFile, SourceMapping, inspect_file
+from pipelines.engine.normalise import MAX_DEPTH, TOO_DEEP, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from tests.reference_model import normalise as model_normalise
 from tests.profiles import examples
 
@@ -307,7 +307,7 @@ def test_an_unreadable_parquet_files_reason_is_bounded(tmp_path):
     assert reason.startswith("Parquet file cannot be read: ") and len(reason) == 500
 
 
-# The fast path (pipelines/inspect.py, issue 13) decodes a plainly well-formed JSON line straight into its
+# The fast path (pipelines/engine/normalise.py, issue 13) decodes a plainly well-formed JSON line straight into its
 # fields; any other line takes the per-line path (`_jsonl_record`), which judges it and words the reason.
 # Both give the same messages (tests/test_inspect_differential.py); this holds which lines go which way,
 # since a fast path that quietly sent every line down the slow one would still give the same store.
@@ -332,7 +332,7 @@ TO_THE_PER_LINE_PATH = {
 
 def per_line_calls(monkeypatch, lines: list[bytes], mapping: SourceMapping = SourceMapping()):
     """Inspect `lines` as one batch; the lines the per-line path was asked to judge, and the batch."""
-    import pipelines.inspect as inspection
+    import pipelines.engine.normalise as inspection
 
     judged, judge = [], inspection._jsonl_record
     monkeypatch.setattr(inspection, "_jsonl_record", lambda raw, m: judged.append(raw) or judge(raw, m))
@@ -419,7 +419,7 @@ def test_a_source_mapping_loads_from_its_file_or_is_the_default(tmp_path):
 def test_a_batch_inspected_a_chunk_at_a_time_is_the_batch_inspected_whole(tmp_path, monkeypatch, fmt):
     """The driver holds Python objects for one chunk of records at a time: chunk boundaries, with malformed
     lines on and beside them, change nothing in the messages, their lines or the malformed rows."""
-    import pipelines.inspect as inspect
+    import pipelines.engine.normalise as inspect
 
     good = [{"stream_id": f"s{i % 4}", "seq": i // 4 + 1, "type": "Deposited", "payload": {"amount": i}}
             for i in range(20)]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 import pytest
 from hypothesis import strategies as st
 
-from pipelines.inspect import SourceMapping
+from pipelines.engine.normalise import SourceMapping
 from pipelines.testing import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
 from tests.builders import T0, batch, dep, opened, wd
 from tests.domains import BANK_VIEWS, SHOP_VIEWS

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from pipelines.layout import LIVE
-from pipelines.run import run
+from pipelines.store.layout import LIVE
+from pipelines.facade import run
 from tests.clashing_views import CLASHING, LOG
 from tests.harness import fresh_home
 from tests.test_column_names import expected, records

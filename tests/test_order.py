@@ -8,9 +8,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipelines import faults
+from pipelines.engine import apply, order
 from pipelines.message import Message
-from pipelines.pass_data import ErrorRecord
-from pipelines.order import HandlerBug, HandlerBugFailure, PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.engine.pass_data import ErrorRecord
+from pipelines.engine.order import HandlerBug, HandlerBugFailure, PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.testing import ReplayEntry, replay_entries
 from pipelines.view import View
 from views import accounts
@@ -119,7 +120,7 @@ def test_every_crash_point_of_the_walk_is_armed_by_the_sweep_and_reached(monkeyp
     passed would make its cases kill nothing."""
     from tests.crash_sweep import NAMED, REBUILD_POINTS
 
-    source = "".join(Path(faults.__file__).with_name(f"{name}.py").read_text() for name in ("order", "apply"))
+    source = "".join(Path(module.__file__).read_text() for module in (order, apply))
     in_the_walk = set(re.findall(r'crash_point\("([a-z_.]+)"\)', source))
     armed = {p for p, *_ in NAMED + REBUILD_POINTS if p.split(".")[0] in ("order", "apply")}
     assert in_the_walk == armed == {"order.candidate", "order.gap_skipped", "order.stream_walked",

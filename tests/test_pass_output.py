@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import project
+from pipelines.engine import project
 from pipelines.message import Message
-from pipelines.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, PendingRecord, WatermarkRecord, output_batches,
+from pipelines.engine.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, PendingRecord, WatermarkRecord, output_batches,
                                  output_schema)
 from pipelines.registry import load_views
-from pipelines.run import run
+from pipelines.facade import run
 from tests.harness import assert_same_store, fresh_home, read_store
 from views.bank_generator import GeneratorConfig, generate
 

@@ -1,4 +1,4 @@
-"""Passes planned by records and by the (view, stream) pairs they bring (pipelines/planning.py): the
+"""Passes planned by records and by the (view, stream) pairs they bring (pipelines/engine/planning.py): the
 cut as a pure function, the sketches the ingest records, and plan_passes on a small store (no Spark)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from pipelines.ingest import ingest_landing, record_entry
-from pipelines.inspect import SourceMapping
-from pipelines.planning import (DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, SKETCH_SIZE, SKETCH_SQL, PassBounds,
+from pipelines.engine.ingest import ingest_landing, record_entry
+from pipelines.engine.normalise import SourceMapping
+from pipelines.engine.planning import (DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, SKETCH_SIZE, SKETCH_SQL, PassBounds,
                                 PlannedEntry, StreamSketch, cut_passes)
-from pipelines.project import plan_passes
-from pipelines.store import Home, Store
+from pipelines.engine.project import plan_passes
+from pipelines.store.database import Home, Store
 from tests.builders import dep, opened
 from tests.domains import BANK_VIEWS
 
@@ -132,7 +132,7 @@ def test_the_ingest_records_each_batchs_streams_and_plans_follow_them(tmp_path):
 def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spark, tmp_path, monkeypatch):
     """Two batches of 3 and 2 accounts for one view, at most 2 pairs a pass: two passes, the first a
     batch over the bound by itself; together they project what one pass would."""
-    from pipelines.run import run
+    from pipelines.facade import run
     from views import accounts
 
     monkeypatch.setenv("INORDER_PASS_STREAMS", "2")

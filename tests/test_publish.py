@@ -17,9 +17,9 @@ import duckdb
 import psycopg
 import pytest
 
-from pipelines.publish import Publisher, ServeTarget, pg_type
-from pipelines.run import rebuild, run
-from pipelines.store import Home
+from pipelines.serve.publish import Publisher, ServeTarget, pg_type
+from pipelines.facade import rebuild, run
+from pipelines.store.database import Home
 from shop.generator import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
 from tests.harness import entry_time, write_batch

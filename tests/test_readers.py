@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipelines.store import StoreBusy, connect
+from pipelines.store.database import StoreBusy, connect
 from shop.generator import GeneratorConfig, generate
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
@@ -131,7 +131,7 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
 
 def test_the_store_connection_keeps_duckdb_within_its_memory_limit(tmp_path, monkeypatch):
     """The driver's memory is bounded: DuckDB spills past INORDER_DUCKDB_MEMORY (default 512MiB)."""
-    from pipelines.store import DEFAULT_DUCKDB_MEMORY, Home, Store
+    from pipelines.store.database import DEFAULT_DUCKDB_MEMORY, Home, Store
 
     def limit(home: Home) -> int:
         with Store.open(home, []) as store:
@@ -146,7 +146,7 @@ def test_the_store_connection_keeps_duckdb_within_its_memory_limit(tmp_path, mon
 
 @pytest.mark.parametrize("text", ["lots", "512", "-1GB", "1 PB", "1e9"])
 def test_a_memory_limit_that_is_not_a_size_is_refused_in_one_line(monkeypatch, text):
-    from pipelines.store import Home
+    from pipelines.store.database import Home
 
     monkeypatch.setenv("INORDER_DUCKDB_MEMORY", text)
     with pytest.raises(ValueError, match="^INORDER_DUCKDB_MEMORY must be a size such as 512MiB or 2GB, not"):

@@ -157,8 +157,8 @@ def test_a_rebuild_of_1m_bank_events_keeps_a_reader_whole(spark, tmp_path):
     `account_activity` (about a million rows) gets a new column and is rebuilt under a reader. Prints
     the rebuild's time against a fresh bulk run of the same events with the new code."""
     from bench.freshness import T0, reset, store_template
-    from pipelines.run import rebuild, run
-    from pipelines.store import Home
+    from pipelines.facade import rebuild, run
+    from pipelines.store.database import Home
     from tests.domains import BANK_VIEWS
 
     cache = REPO / ".inorder" / "bench" / "inputs"

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines import registry
 from pipelines.registry import ViewDeclarationError, load_views, module_sources, view_module_names
-from pipelines.store import RESERVED_TABLE_NAMES
+from pipelines.store.database import RESERVED_TABLE_NAMES
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 _names = (f"userviews{i}" for i in itertools.count())  # a fresh module name per use: imports are cached
@@ -125,7 +125,7 @@ def test_engine_temporary_tables_are_all_reserved():
     import re
 
     engine = Path(registry.__file__).parent
-    source = "\n".join(p.read_text() for p in engine.glob("*.py"))
+    source = "\n".join(p.read_text() for p in engine.rglob("*.py"))
     created = set(re.findall(r"TEMP (?:TABLE|VIEW) (\w+)", source)) | set(re.findall(r'register\("(\w+)"', source))
     assert created and created <= RESERVED_TABLE_NAMES
 

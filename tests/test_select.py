@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipelines.select import routes
+from pipelines.engine.routing import routes
 from views import account_activity, accounts
 
 ACCOUNTS, ACTIVITY = accounts.VIEW, account_activity.VIEW

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.project import TooMuchToShip, check_shipped, pass_folder, ship_limit_bytes, shipped_bytes
-from pipelines.store import Home
+from pipelines.engine.project import TooMuchToShip, check_shipped, pass_folder, ship_limit_bytes, shipped_bytes
+from pipelines.store.database import Home
 
 
 def test_the_shipped_bytes_are_the_state_file_and_the_archive_files(tmp_path):

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from pipelines.spark_server import ServerFiles, process_alive, process_parents
-from pipelines.store import Home
+from pipelines.spark.server import ServerFiles, process_alive, process_parents
+from pipelines.store.database import Home
 from tests.domains import SHOP_VIEWS
 from tests.harness import assert_same_store, read_store
 
@@ -52,7 +52,7 @@ def _is_java(pid: int) -> bool:
 
 
 def _daemons_serving(jvm_pid: int, client_pid: int) -> set[int]:
-    """The warm server's Python daemons whose session folder names `client_pid` (pipelines/spark_server.py)."""
+    """The warm server's Python daemons whose session folder names `client_pid` (pipelines/spark/server.py)."""
     found = set()
     for pid, parent in process_parents().items():
         if parent == jvm_pid:

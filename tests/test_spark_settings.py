@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines import spark as sp
+from pipelines.spark import session as sp
+from pipelines.spark.settings import env_conf
 
 
 def classic(master: str) -> SimpleNamespace:
@@ -34,10 +35,10 @@ def test_a_bad_flag_is_an_error(monkeypatch):
 
 def test_spark_conf_from_the_environment(monkeypatch):
     monkeypatch.setenv("INORDER_SPARK_CONF", '{"spark.executor.memory": "4g", "spark.cores.max": 8}')
-    assert sp.env_conf() == {"spark.executor.memory": "4g", "spark.cores.max": "8"}
+    assert env_conf() == {"spark.executor.memory": "4g", "spark.cores.max": "8"}
     monkeypatch.setenv("INORDER_SPARK_CONF", '["spark.executor.memory=4g"]')
     with pytest.raises(ValueError, match="JSON object"):
-        sp.env_conf()
+        env_conf()
 
 
 def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
@@ -47,7 +48,7 @@ def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
     path = sp.ship_code(remote)
     assert sp.ship_code(remote) == path and added == [str(path)]
     names = zipfile.ZipFile(path).namelist()
-    assert "pipelines/project.py" in names and "views/accounts.py" in names
+    assert "pipelines/engine/project.py" in names and "views/accounts.py" in names
     local = SimpleNamespace(sparkContext=SimpleNamespace(master="local[*]", addPyFile=added.append))
     assert sp.ship_code(local) is None and len(added) == 1
     monkeypatch.setenv("INORDER_SHIP_CODE", "0")
@@ -66,7 +67,7 @@ def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("INORDER_VIEWS", "carrier.views")
     names = zipfile.ZipFile(sp.code_zip()).namelist()
-    assert {"pipelines/project.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
+    assert {"pipelines/engine/project.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
     assert "views/accounts.py" not in names  # the bank's views are not this deployment's
 
 

@@ -12,8 +12,8 @@ import pytest
 from bench import state_peer
 from bench.data import land
 from bench.measure import RssSampler
-from pipelines.run import run
-from pipelines.store import Home
+from pipelines.facade import run
+from pipelines.store.database import Home
 from pipelines.view import View
 from views.bank_generator import GeneratorConfig, generate
 

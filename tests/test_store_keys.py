@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import duckdb
 
-from pipelines.store import Store
+from pipelines.store.database import Store
 from tests.domains import BANK_VIEWS
 from tests.harness import fresh_home
 

@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 
 from inorder.dagster_runs import dagster_home
-from pipelines.store import Home
+from pipelines.store.database import Home
 from views.bank_generator import GeneratorConfig, generate
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -14,14 +14,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import pipelines.project
-from pipelines.layout import Layout
-from pipelines.rebuild import prepare_shadow
+import pipelines.engine.project
+from pipelines.store.layout import Layout
+from pipelines.store.rebuild import prepare_shadow
 from pipelines.registry import load_views
-from pipelines.run import project_views, rebuild, run
-from pipelines.status import format_status, read_status
-from pipelines.store import Home, Store
-from pipelines.versions import compare, fingerprint, read_versions, table_declarations
+from pipelines.facade import project_views, rebuild, run
+from pipelines.observe.status import format_status, read_status
+from pipelines.store.database import Home, Store
+from pipelines.store.versions import compare, fingerprint, read_versions, table_declarations
 from pipelines.view import Alerts, Thresholds, add_column, between
 from shop.generator import GeneratorConfig, generate
 from tests.harness import across_passes, assert_conserved, assert_same_store, fresh_home, read_store
@@ -85,7 +85,7 @@ def test_what_decides_no_row_leaves_the_fingerprint(change):
 
 
 def _stored(view) -> tuple:
-    from pipelines.versions import code_parts
+    from pipelines.store.versions import code_parts
 
     return (fingerprint(view), json.dumps(table_declarations(view.tables)), json.dumps(code_parts(view)),
             None, None, None)
@@ -256,7 +256,7 @@ def test_runs_go_on_during_the_replay_and_the_rebuild_catches_up_before_the_swap
     for hour, batch in enumerate(batches[:2]):
         land_and_run(spark, home, shop_views(""), batch, hour)
     changed = shop_views("table")
-    real = pipelines.project._order_and_apply_in_spark
+    real = pipelines.engine.project._order_and_apply_in_spark
     during: list = []
 
     def replay_with_a_run_beside_it(*args, **kwargs):
@@ -265,7 +265,7 @@ def test_runs_go_on_during_the_replay_and_the_rebuild_catches_up_before_the_swap
             during.append(land_and_run(spark, home, changed, batches[2], 2))
         return out
 
-    monkeypatch.setattr(pipelines.project, "_order_and_apply_in_spark", replay_with_a_run_beside_it)
+    monkeypatch.setattr(pipelines.engine.project, "_order_and_apply_in_spark", replay_with_a_run_beside_it)
     stats = rebuild(spark, home, changed, changed[-1])
     (beside,) = during
     assert [r.batch_id for r in beside.ingested] == [batches[2].stem]

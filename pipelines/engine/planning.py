@@ -5,7 +5,7 @@ of the streams it touches, so fewer, larger passes cost less).
 The driver's memory per pass follows the pairs it touches (their state, buffers and output), so
 `PassBounds.pairs` is what bounds it; `PassBounds.records` bounds the shuffle and the output files.
 The ingest records each batch's distinct streams per stream type with a sketch of them
-(`inorder.ingest_streams`, see pipelines/ingest.py), so a plan never reads the archive: the streams of
+(`inorder.ingest_streams`, see pipelines/engine/ingest.py), so a plan never reads the archive: the streams of
 several batches together are estimated from the union of their sketches, since batches of the same
 streams touch each stream once per pass, not once per batch.
 

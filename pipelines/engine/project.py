@@ -3,7 +3,7 @@
 The driver loads the state of the streams the pass touches from the read store, Spark brings
 each (view, stream)'s state, buffer and new messages together in one sorted partition, and
 `walk_stream` orders and applies them there (Arrow batches in, Arrow batches out). The driver
-then commits everything in one read-store transaction (pipelines/commit.py).
+then commits everything in one read-store transaction (pipelines/engine/commit.py).
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from pipelines.ingest import archive_path
-from pipelines.inspect import MESSAGE_SCHEMA
+from pipelines.engine.ingest import archive_path
+from pipelines.engine.normalise import MESSAGE_SCHEMA
 from pipelines.message import Message
-from pipelines.order import HandlerBug, PassEntry, PassOutput, StreamState, walk_stream
-from pipelines.planning import PassBounds, PlannedEntry, StreamSketch, cut_passes
-from pipelines.pass_data import (SUMMARY_COLUMNS, SUMMARY_KINDS, InputKind, Metric, OutputKind, output_batches,
+from pipelines.engine.order import HandlerBug, PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.engine.planning import PassBounds, PlannedEntry, StreamSketch, cut_passes
+from pipelines.engine.pass_data import (SUMMARY_COLUMNS, SUMMARY_KINDS, InputKind, Metric, OutputKind, output_batches,
                                  output_schema, row_column)
-from pipelines.select import select_views, subscriptions
-from pipelines.spark import archive_shared, files_shared, mark_used, ship_code, shuffle_partitions
-from pipelines.layout import LIVE, Layout
-from pipelines.store import Home, Store, us_from_utc
+from pipelines.engine.routing import select_views, subscriptions
+from pipelines.spark.session import archive_shared, files_shared, mark_used, ship_code, shuffle_partitions
+from pipelines.store.layout import LIVE, Layout
+from pipelines.store.database import Home, Store, us_from_utc
 from pipelines.view import Table, View
 
 INPUTS_FILE = "inputs.parquet"  # the touched state and buffers, in the pass's scratch folder
@@ -58,7 +58,7 @@ class PassPlan:
     # (entry_idx, stream_type) -> messages archived for it, filled by `load_inputs` (for the ledger's
     # unrouted count, after the store was let go during the Spark work)
     message_counts: dict[tuple[int, str], int] = field(default_factory=dict)
-    pairs: int = 0  # the (view, stream) pairs its entries bring, as planned (pipelines/planning.py)
+    pairs: int = 0  # the (view, stream) pairs its entries bring, as planned (pipelines/engine/planning.py)
     over_bounds: bool = False  # one entry that alone exceeds the pass bounds
 
     @property
@@ -70,7 +70,7 @@ def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None =
                 layout: Layout = LIVE) -> list[PassPlan]:
     """Uncommitted entries per view, in ingest order, cut into passes within `bounds` (default: from
     the environment, `PassBounds.from_env`) by their records and the (view, stream) pairs they bring
-    (pipelines/planning.py). Not counted: the buffered streams a pass walks only because a gap timer is
+    (pipelines/engine/planning.py). Not counted: the buffered streams a pass walks only because a gap timer is
     due or a buffer is over max_pending."""
     views = list(views)
     names = [v.name for v in views]
@@ -222,7 +222,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
 
 
 def _state_sql(view: View, layout: Layout) -> str:
-    """The STATE rows (pipelines/pass_data.py) of `view`'s streams in `pass_streams`: its watermark and logged
+    """The STATE rows (pipelines/engine/pass_data.py) of `view`'s streams in `pass_streams`: its watermark and logged
     gap ranges (`pass_watermarks`, `pass_skipped`), a keyed table's rows and an append table's newest row. A
     stream with rows but no watermark (rows written outside inorder) has a state too: a keyed table is
     rewritten per stream."""

@@ -8,12 +8,12 @@ from typing import NamedTuple, Sequence
 
 import duckdb
 
-from pipelines.layout import Layout
-from pipelines.markdown import markdown_table
-from pipelines.publish import Position
-from pipelines.select import describe_unrouted, subscribed_types, unrouted
-from pipelines.store import OUTCOME_COLUMNS, Home, Store, us_from_utc
-from pipelines.versions import ViewVersion, read_versions, stored_view_names
+from pipelines.store.layout import Layout
+from pipelines.observe.markdown import markdown_table
+from pipelines.serve.publish import Position
+from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
+from pipelines.store.database import OUTCOME_COLUMNS, Home, Store, us_from_utc
+from pipelines.store.versions import ViewVersion, read_versions, stored_view_names
 from pipelines.view import View
 
 

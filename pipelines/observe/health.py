@@ -1,6 +1,6 @@
 """What an operator must hear about: reject and late rates over thresholds, any bug in a view's
 handlers, and why (the commonest reasons), streams blocked past their timers, parked streams,
-rejected files. The checks (pipelines/checks.py, made Dagster's in assets/checks.py) turn these
+rejected files. The checks (pipelines/observe/checks.py, made Dagster's in assets/checks.py) turn these
 verdicts yellow or red; everything here reads the store only."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Literal, NamedTuple, Sequence
 
 import duckdb
 
-from pipelines.ingest import archive_path
-from pipelines.select import unrouted
-from pipelines.store import OUTCOME_COLUMNS, Home, us_from_utc
+from pipelines.engine.ingest import archive_path
+from pipelines.engine.routing import unrouted
+from pipelines.store.database import OUTCOME_COLUMNS, Home, us_from_utc
 from pipelines.view import Thresholds, View
 
 Severity = Literal["WARN", "ERROR"]

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import duckdb
 
-from pipelines.markdown import markdown_table
+from pipelines.observe.markdown import markdown_table
 from pipelines.view import Expectation, View
 
 SAMPLE = 5

@@ -1,12 +1,12 @@
 """The Spark session: local[*] by default, or any master / Spark Connect endpoint by configuration.
 
 With no master configured, a run uses its home's warm Spark Connect server when one is up
-(`inorder spark start`, pipelines/spark_server.py) and starts no JVM of its own.
+(`inorder spark start`, pipelines/spark/server.py) and starts no JVM of its own.
 
 Where driver and executors differ (a `spark://`, YARN or Kubernetes master, or any Spark Connect
 endpoint), nothing assumes they share a process, a disk or an installed copy of inorder:
 `ship_code` sends the engine's code with the session, and `archive_shared` says whether the
-executors can read the archive's files themselves (pipelines/project.py ships the messages
+executors can read the archive's files themselves (pipelines/engine/project.py ships the messages
 from the driver when they cannot).
 """
 
@@ -32,42 +32,15 @@ from typing import Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
-from pipelines.spark_server import ServerFiles, ServerState, register_client, running_state
+from pipelines.spark.server import ServerFiles, ServerState, register_client, running_state
+from pipelines.spark.settings import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
-DEFAULT_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # the pass output's times as Parquet's UTC-adjusted microseconds (DuckDB reads them as TIMESTAMPTZ), not INT96
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.driver.memory": "2g",  # local mode: the one JVM; pass output goes to files, not its heap
-    "spark.ui.showConsoleProgress": "false",
-    "spark.python.worker.reuse": "true",
-}
 # the engine's package runs on executors (the walk), beside the view modules (their handlers; see
 # pipelines/registry.py); nothing there imports Dagster
 ENGINE_PACKAGE = "pipelines"
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
-# the driver JVM's log4j configuration unless INORDER_DEBUG is set: errors only, on stderr
-QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 # what the JVM and Spark print on the JVM's stderr as it starts, whatever log4j says (INORDER_DEBUG=1 shows it)
 JVM_START_NOTICE = re.compile(rb"^(WARNING: Using incubator modules|Setting default log level|To adjust logging level)")
-
-
-def debugging() -> bool:
-    """INORDER_DEBUG=1: tracebacks, Dagster's own log and the JVM's start-up lines on the terminal."""
-    return bool(os.environ.get("INORDER_DEBUG"))
-
-
-def env_conf() -> dict[str, str]:
-    """INORDER_SPARK_CONF: a JSON object of extra Spark settings, e.g. '{"spark.executor.memory": "4g"}'."""
-    text = os.environ.get("INORDER_SPARK_CONF", "").strip()
-    if not text:
-        return {}
-    conf = json.loads(text)
-    if not isinstance(conf, dict):
-        raise ValueError("INORDER_SPARK_CONF must be a JSON object of Spark settings")
-    return {str(k): str(v) for k, v in conf.items()}
 
 
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -180,7 +153,7 @@ def starting_line() -> str | None:
 
 
 def _home_server_files() -> ServerFiles:
-    from pipelines.store import Home
+    from pipelines.store.database import Home
 
     return ServerFiles.of(Home.from_env().root)
 

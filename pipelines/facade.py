@@ -14,20 +14,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from pipelines.commit import commit_pass, pass_output
+from pipelines.engine.commit import commit_pass, pass_output
 from pipelines.faults import crash_point
-from pipelines.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
+from pipelines.engine.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
                               new_landing_files, record_entry, reingest, tick_due)
-from pipelines.inspect import SourceMapping
-from pipelines.project import WALKED_METRIC, PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
-from pipelines.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
-from pipelines.spark import stage_progress, starting_line
-from pipelines.layout import LIVE, Layout
-from pipelines.order import HandlerBugFailure, NotParked
-from pipelines.pass_data import OutputKind
-from pipelines.rebuild import prepare_shadow, swap
-from pipelines.store import Home, Store, take_lock, us_from_utc
-from pipelines.versions import read_versions
+from pipelines.engine.normalise import SourceMapping
+from pipelines.engine.project import WALKED_METRIC, PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
+from pipelines.serve.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
+from pipelines.spark.session import stage_progress, starting_line
+from pipelines.store.layout import LIVE, Layout
+from pipelines.engine.order import HandlerBugFailure, NotParked
+from pipelines.engine.pass_data import OutputKind
+from pipelines.store.rebuild import prepare_shadow, swap
+from pipelines.store.database import Home, Store, take_lock, us_from_utc
+from pipelines.store.versions import read_versions
 from pipelines.view import View
 
 Progress = Callable[[str], None]
@@ -194,7 +194,7 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
 
 
 def _projectable(store: Store, selected: Sequence[View], stats: ProjectionStats, progress: Progress) -> list[View]:
-    """The selected views the store's versions let project now (see pipelines/versions.py)."""
+    """The selected views the store's versions let project now (see pipelines/store/versions.py)."""
     versions = store.versions or read_versions(store.con, selected)
     projectable = []
     for view in selected:
@@ -306,7 +306,7 @@ def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime
 def reingest_batches(spark: SparkSource, home: Home, views: Sequence[View], batch_ids: Sequence[str],
                      now: datetime | None = None, progress: Progress = _quiet) -> tuple[list[IngestResult], ProjectionStats]:
     """`inorder reingest`: inspect the batches' undelivered records again with today's `source.json`, as
-    new entries at logical time `now` (pipelines/ingest.py `reingest`), then project every view."""
+    new entries at logical time `now` (pipelines/engine/ingest.py `reingest`), then project every view."""
     mapping = source_mapping(home)
     with Store.open(home, views) as store:
         results = reingest(store, home, mapping, {t for v in views for t in v.subscribes}, list(batch_ids),
@@ -340,7 +340,7 @@ def _logical_now(store: Store, now: datetime | None) -> int:
 def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
             progress: Progress = _quiet) -> ProjectionStats:
     """Build `view` anew from the archive beside the live one, then swap it in at once: readers see the
-    old view, whole, until the swap's commit, and the new one, whole, after it (pipelines/rebuild.py).
+    old view, whole, until the swap's commit, and the new one, whole, after it (pipelines/store/rebuild.py).
 
     1. Fresh shadow tables and state for the view, in a schema of its own.
     2. The replay: every archived entry, with its recorded logical time, into the shadow. The writer

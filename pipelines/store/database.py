@@ -21,8 +21,8 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from pipelines.faults import crash_point
-from pipelines.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key
-from pipelines.versions import ViewVersion, check_view_set, reconcile
+from pipelines.store.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key
+from pipelines.store.versions import ViewVersion, check_view_set, reconcile
 from pipelines.view import View
 
 
@@ -30,7 +30,7 @@ from pipelines.view import View
 # the same connection (they would shadow a view table of that name), and the PostgreSQL publication's.
 ENGINE_TABLE_NAMES = frozenset({"ingest_log", "ingest_streams", *STATE_TABLES})
 TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_limits", "pass_streams",
-                              "pass_prev", "pass_out", "inorder_ingested"})
+                              "pass_prev", "pass_out", "inorder_ingested", "pass_watermarks", "pass_skipped"})
 RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
 
 OUTCOME_COLUMNS = ("applied", "ignored", "handler_error", "duplicate", "late", "conflict")

@@ -24,7 +24,7 @@ ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS stream_types MAP(VARCHAR
 ALTER TABLE inorder.ingest_log ADD COLUMN IF NOT EXISTS reingest_of BIGINT;
 CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
 -- added later (stores made before it get it on open, empty): each archived batch's distinct streams per
--- stream type, and a sketch of them, for planning passes without reading the archive (pipelines/planning.py)
+-- stream type, and a sketch of them, for planning passes without reading the archive (pipelines/engine/planning.py)
 CREATE TABLE IF NOT EXISTS inorder.ingest_streams (
     entry_idx BIGINT NOT NULL, stream_type VARCHAR NOT NULL, streams BIGINT NOT NULL, sketch UBIGINT[] NOT NULL,
     PRIMARY KEY (entry_idx, stream_type));
@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS {schema}.batches (
 ALTER TABLE {schema}.watermarks ADD COLUMN IF NOT EXISTS attempts BIGINT DEFAULT 0;
 ALTER TABLE {schema}.errors ADD COLUMN IF NOT EXISTS error_class VARCHAR;
 ALTER TABLE {schema}.errors ADD COLUMN IF NOT EXISTS attempt BIGINT;
--- which code built each view's rows (pipelines/versions.py)
+-- which code built each view's rows (pipelines/store/versions.py)
 CREATE TABLE IF NOT EXISTS {schema}.view_versions (
     view VARCHAR PRIMARY KEY, fingerprint VARCHAR NOT NULL, version VARCHAR, tables VARCHAR NOT NULL,
     code VARCHAR, recorded_at TIMESTAMPTZ NOT NULL, newer_fingerprint VARCHAR, newer_since_entry BIGINT,

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 
 import duckdb
 
-from pipelines.layout import LIVE, Layout, drop_primary_key
+from pipelines.store.layout import LIVE, Layout, drop_primary_key
 from pipelines.view import Table, View
 
 Change = Literal["new", "same", "code", "tables", "migration"]

@@ -11,11 +11,11 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from pipelines.faults import crash_point
-from pipelines.project import PassPlan, PassResult
-from pipelines.layout import LIVE, Layout
-from pipelines.pass_data import OutputKind, row_column
-from pipelines.store import OUTCOME_COLUMNS, Store
-from pipelines.versions import record_projection
+from pipelines.engine.project import PassPlan, PassResult
+from pipelines.store.layout import LIVE, Layout
+from pipelines.engine.pass_data import OutputKind, row_column
+from pipelines.store.database import OUTCOME_COLUMNS, Store
+from pipelines.store.versions import record_projection
 from pipelines.view import Table, View
 
 

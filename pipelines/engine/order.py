@@ -11,10 +11,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from pipelines import faults
-from pipelines.apply import StreamApplier, describe_exception
+from pipelines.engine.apply import StreamApplier, describe_exception
 from pipelines.faults import crash_point
 from pipelines.message import Event, Message
-from pipelines.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
+from pipelines.engine.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
                                  WatermarkRecord)
 from pipelines.view import Reject, View
 

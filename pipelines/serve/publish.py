@@ -27,8 +27,8 @@ from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import duckdb
 
-from pipelines.commit import pass_rows_sql, walked_streams_sql
-from pipelines.pass_data import OutputKind
+from pipelines.engine.commit import pass_rows_sql, walked_streams_sql
+from pipelines.engine.pass_data import OutputKind
 from pipelines.faults import crash_point
 from pipelines.view import Table, View, check_identifier
 

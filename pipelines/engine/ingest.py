@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.faults import crash_point
-from pipelines.inspect import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
-from pipelines.planning import SKETCH_SQL
-from pipelines.store import Home, Store, utc_from_us
+from pipelines.engine.normalise import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
+from pipelines.engine.planning import SKETCH_SQL
+from pipelines.store.database import Home, Store, utc_from_us
 
 
 _PARALLEL_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
@@ -211,7 +211,7 @@ def stream_type_counts(messages: pa.Table) -> dict[str, int]:
 
 
 def _record_streams(store: Store, entry_idx: int, batch: InspectedBatch) -> None:
-    """The batch's distinct streams per stream type, with their sketch (pipelines/planning.py)."""
+    """The batch's distinct streams per stream type, with their sketch (pipelines/engine/planning.py)."""
     store.con.register("inorder_ingested", batch.messages.select(["stream_type", "stream_id"]))
     try:
         store.con.execute(

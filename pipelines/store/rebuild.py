@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from pipelines.layout import LIVE, STATE_DDL, STATE_TABLES, Layout
-from pipelines.store import Store
-from pipelines.versions import keep_newest_rows, record
+from pipelines.store.layout import LIVE, STATE_DDL, STATE_TABLES, Layout
+from pipelines.store.database import Store
+from pipelines.store.versions import keep_newest_rows, record
 from pipelines.view import View
 
 

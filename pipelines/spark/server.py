@@ -1,7 +1,7 @@
 """A warm Spark for the embedded default: `inorder spark start|stop|status`.
 
 `start` runs a local Spark Connect server from pyspark's own distribution, bound to 127.0.0.1, so
-that runs of this home connect to it (pipelines/spark.py) instead of starting a JVM each. It is a
+that runs of this home connect to it (pipelines/spark/session.py) instead of starting a JVM each. It is a
 small supervisor process, detached in its own session, whose child is the server's JVM; the
 supervisor stops the JVM (and its Python workers) on SIGTERM, or once no run has used it for the
 idle timeout, and removes the state file on its way out.
@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
+
+from pipelines.spark.settings import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
 LOOPBACK = "127.0.0.1"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -189,7 +191,7 @@ def start(files: ServerFiles, idle_timeout_seconds: float, wait_seconds: float =
           ) -> tuple[ServerState, bool]:
     """Start the supervisor and wait until the server accepts connections; (state, False) when one is
     running already. Concurrent starts queue on a lock file."""
-    from pipelines.store import take_lock
+    from pipelines.store.database import take_lock
 
     files.folder.mkdir(parents=True, exist_ok=True)
     lock = take_lock(files.start_lock, wait_seconds, f"another `inorder spark start` is running for {files.folder}")
@@ -200,7 +202,7 @@ def start(files: ServerFiles, idle_timeout_seconds: float, wait_seconds: float =
         files.state.unlink(missing_ok=True)  # a killed supervisor's
         with open(files.log, "ab") as log:  # the supervisor keeps its own descriptor
             supervisor = subprocess.Popen(
-                [sys.executable, "-m", "pipelines.spark_server", str(files.folder), str(idle_timeout_seconds)],
+                [sys.executable, "-m", "pipelines.spark.server", str(files.folder), str(idle_timeout_seconds)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)  # no terminal's Ctrl-C or hang-up reaches it, and `stop` ends the group
         deadline = time.monotonic() + wait_seconds
@@ -242,15 +244,13 @@ def stop(files: ServerFiles, wait_seconds: float = STOP_WAIT_SECONDS) -> ServerS
     return state
 
 
-# --- the supervisor (python -m pipelines.spark_server FOLDER IDLE_SECONDS) ---------------------------
+# --- the supervisor (python -m pipelines.spark.server FOLDER IDLE_SECONDS) ---------------------------
 
 
 def _server_command(port: int) -> list[str]:
-    from pipelines.spark import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
-
     conf = {**DEFAULT_CONF, **env_conf(), "spark.connect.grpc.binding.address": LOOPBACK,
             "spark.connect.grpc.binding.port": str(port),
-            # runs reattach to their code version's session (pipelines/spark.py): it lives as long as the server
+            # runs reattach to their code version's session (pipelines/spark/session.py): it lives as long as the server
             "spark.connect.session.manager.defaultSessionTimeout": "7d"}
     if not debugging():
         conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, (

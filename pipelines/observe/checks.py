@@ -16,14 +16,14 @@ from typing import Callable, NamedTuple, Sequence
 
 import duckdb
 
-from pipelines.expectations import suite_markdown, validate_suite
-from pipelines.health import (REASON_HEADER, Reason, Severity, Verdict, Window, duplicate_keys, judge_bugs,
+from pipelines.observe.expectations import suite_markdown, validate_suite
+from pipelines.observe.health import (REASON_HEADER, Reason, Severity, Verdict, Window, duplicate_keys, judge_bugs,
                               judge_rate, logical_now, newest_entry, overdue_streams, parked_reasons,
                               parked_streams, recent_windows, rejected_after, top_reasons, unrouted_after)
-from pipelines.markdown import markdown_table
-from pipelines.publish import read_positions
-from pipelines.select import describe_unrouted, subscribed_types
-from pipelines.status import read_status
+from pipelines.observe.markdown import markdown_table
+from pipelines.serve.publish import read_positions
+from pipelines.engine.routing import describe_unrouted, subscribed_types
+from pipelines.observe.status import read_status
 from pipelines.view import Thresholds, View
 
 SAMPLE = 5

@@ -1,0 +1,1 @@
+"""What operators see: status, health verdicts, checks, expectations."""

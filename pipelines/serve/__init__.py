@@ -1,0 +1,1 @@
+"""Serving readers: the PostgreSQL publication."""

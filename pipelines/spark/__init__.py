@@ -1,0 +1,1 @@
+"""Spark: the session and the warm server."""

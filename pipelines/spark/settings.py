@@ -1,0 +1,36 @@
+"""Spark settings both the session (session.py) and the warm server (server.py) start from."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+DEFAULT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # the pass output's times as Parquet's UTC-adjusted microseconds (DuckDB reads them as TIMESTAMPTZ), not INT96
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.driver.memory": "2g",  # local mode: the one JVM; pass output goes to files, not its heap
+    "spark.ui.showConsoleProgress": "false",
+    "spark.python.worker.reuse": "true",
+}
+# the driver JVM's log4j configuration unless INORDER_DEBUG is set: errors only, on stderr
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+
+
+def debugging() -> bool:
+    """INORDER_DEBUG=1: tracebacks, Dagster's own log and the JVM's start-up lines on the terminal."""
+    return bool(os.environ.get("INORDER_DEBUG"))
+
+
+def env_conf() -> dict[str, str]:
+    """INORDER_SPARK_CONF: a JSON object of extra Spark settings, e.g. '{"spark.executor.memory": "4g"}'."""
+    text = os.environ.get("INORDER_SPARK_CONF", "").strip()
+    if not text:
+        return {}
+    conf = json.loads(text)
+    if not isinstance(conf, dict):
+        raise ValueError("INORDER_SPARK_CONF must be a JSON object of Spark settings")
+    return {str(k): str(v) for k, v in conf.items()}

@@ -1,0 +1,83 @@
+"""The rooms of `pipelines/` (docs/ARCHITECTURE.md): each imports only the rooms below it, no module
+imports itself back through others, and no module's name shadows the standard library's."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "pipelines"
+# bottom first: a module may import its own room and the rooms before it (docs/ARCHITECTURE.md)
+LAYERS = (
+    ("pipelines.faults", "pipelines.message", "pipelines.view"),
+    ("pipelines.store",),
+    ("pipelines.registry",),
+    ("pipelines.spark",),
+    ("pipelines.engine",),
+    ("pipelines.serve",),
+    ("pipelines.observe",),
+    ("pipelines.testing", "pipelines.facade"),
+)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The pipelines modules `path` imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pipelines":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "pipelines"}
+    return found
+
+
+def layer(module: str) -> int:
+    for i, rooms in enumerate(LAYERS):
+        if any(module == room or module.startswith(room + ".") for room in rooms):
+            return i
+    raise AssertionError(f"{module} is in no room of LAYERS: place it in docs/ARCHITECTURE.md and here")
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(path, known) - {name} for name, path in known.items() if name != "pipelines"}
+
+
+def test_every_module_imports_only_its_room_and_the_rooms_below():
+    upward = [f"{m} imports {d}" for m, deps in graph().items() for d in deps
+              if d != "pipelines" and layer(d) > layer(m)]
+    assert upward == []
+
+
+def test_no_import_cycle():
+    edges, state, cycles = graph(), {}, []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for dep in sorted(edges.get(module, ())):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join(path[path.index(dep):] + [dep]) if dep in path else f"{module} -> {dep}")
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_no_module_shadows_the_standard_library():
+    assert sorted(p.stem for p in PACKAGE.rglob("*.py") if p.stem in sys.stdlib_module_names) == []
