@@ -386,6 +386,60 @@ def add_column(table: str, column: str) -> AddColumn:
 Handler = Callable[["Event", Any], None]
 
 
+class HandlerRegistrationClosed(RuntimeError):
+    """`@view.handles(...)` ran after the view was loaded to run (its fingerprint already taken)."""
+
+
+class Handlers(Mapping[str, Handler]):
+    """A view's handlers, event type -> function: those given to `View(handlers=...)` and those
+    `@view.handles(...)` registers while the view's modules are imported. The registry seals it when it
+    loads the view (`pipelines.registry.load_views`): a handler registered later would run unseen by the
+    view's fingerprint, so it is refused (`HandlerRegistrationClosed`)."""
+
+    __slots__ = ("_view", "_by_type", "_sealed", "get")
+
+    def __init__(self, view: str, handlers: Mapping[str, Handler] = ()) -> None:
+        self._view, self._by_type, self._sealed = view, dict(handlers), False
+        self.get = self._by_type.get  # the walk looks a handler up for every message
+
+    def __getitem__(self, event_type: str) -> Handler:
+        return self._by_type[event_type]
+
+    def __iter__(self):
+        return iter(self._by_type)
+
+    def __len__(self) -> int:
+        return len(self._by_type)
+
+    def __repr__(self) -> str:
+        return f"Handlers({self._by_type!r})"
+
+    def __reduce__(self):
+        return _handlers, (self._view, self._by_type, self._sealed)
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed
+
+    def seal(self) -> None:
+        self._sealed = True
+
+    def add(self, event_type: str, handler: Handler) -> None:
+        if self._sealed:
+            raise HandlerRegistrationClosed(
+                f"view {self._view}: handles({event_type!r}) after the view was loaded to run: register its "
+                "handlers in the modules that INORDER_VIEWS names, which are imported before the views load")
+        if self._by_type.get(event_type, handler) is not handler:
+            raise ValueError(f"view {self._view}: {event_type!r} already has a handler")
+        self._by_type[event_type] = handler
+
+
+def _handlers(view: str, by_type: dict[str, Handler], sealed: bool) -> Handlers:
+    handlers = Handlers(view, by_type)
+    handlers._sealed = sealed
+    return handlers
+
+
 class Thresholds(NamedTuple):
     """A rate above `warn` makes a check warn; above `error`, fail."""
 
@@ -444,7 +498,8 @@ class AggregateTable(Protocol):
 
 @dataclass(frozen=True)
 class View:
-    """A projection. Handlers come from `handlers` (event type -> function) and from `@view.handles(...)`.
+    """A projection. Handlers come from `handlers` (event type -> function) and from `@view.handles(...)`
+    (both kept in the view's `Handlers`, sealed once the view is loaded to run).
 
     on_error: what a `Reject` does to its stream: `skip` (log it, go on) or `park` (the stream waits
     for `inorder retry`/`skip`). on_bug: the same for any other exception (a bug in the view):
@@ -460,7 +515,7 @@ class View:
     name: str
     tables: tuple[Table, ...]
     subscribes: tuple[str, ...]
-    handlers: Mapping[str, Handler] = field(default_factory=dict)
+    handlers: Mapping[str, Handler] = field(default_factory=dict)  # held as `Handlers`
     gap_timeout: float = 600.0
     max_pending: int = 10_000
     on_error: OnError = "skip"
@@ -481,7 +536,7 @@ class View:
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
-        object.__setattr__(self, "handlers", dict(self.handlers))  # its own, so `handles` can add to it
+        object.__setattr__(self, "handlers", Handlers(self.name, self.handlers))  # its own: `handles` adds to it
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "subscribes", tuple(self.subscribes))
         object.__setattr__(self, "expectations", tuple(self.expectations))
@@ -538,9 +593,7 @@ class View:
 
         def register(handler: Handler) -> Handler:
             for event_type in event_types:
-                if event_type in self.handlers and self.handlers[event_type] is not handler:
-                    raise ValueError(f"view {self.name}: {event_type!r} already has a handler")
-                self.handlers[event_type] = handler  # type: ignore[index]
+                self.handlers.add(event_type, handler)  # type: ignore[attr-defined]
             return handler
 
         return register
