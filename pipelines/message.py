@@ -1,4 +1,5 @@
-"""A message as it crosses a pass (`Message`) and as a handler sees it (`Event`)."""
+"""A message as it crosses a pass (`Message`), as a handler sees it (`Event`), and how a handler refuses it
+(`Reject`)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,10 @@ _PAYLOAD_DECODER = json.JSONDecoder(parse_float=Decimal)
 def _decode_payload(text: str) -> Any:
     """Payloads are canonical JSON; numbers with a fraction become exact Decimals (money must not drift)."""
     return _PAYLOAD_DECODER.raw_decode(text)[0]
+
+
+class Reject(Exception):
+    """Raised by a handler to refuse a message for a business reason ("insufficient funds").
+
+    The message becomes a `handler_error` row of class `reject` and the view's `on_error` policy
+    applies. Any other exception escaping a handler is a bug in the view (class `bug`, policy `on_bug`)."""

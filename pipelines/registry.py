@@ -57,6 +57,8 @@ def load_views(spec: str | None = None) -> tuple[View, ...]:
         raise ViewDeclarationError(f"no View is defined at module level in {', '.join(names)} "
                                    f"(set {VIEWS_VARIABLE} to the modules that hold your views)")
     check_views(list(found.values()))
+    for f in found.values():  # every module is imported: no handler comes after the fingerprint
+        f.view.handlers.seal()
     return tuple(f.view for f in found.values())
 
 

@@ -1,33 +1,27 @@
 """How a view is declared: its tables, subscriptions, policies, expectations and handlers.
 
-A view author writes a `View` in `views/`; the engine reads nothing else about it.
+A view author writes a `View` in `views/`; the engine reads nothing else about it. What a column
+does with a handler's value at run time is `pipelines.columns`.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from datetime import timedelta
 from functools import cached_property
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Protocol
 
-from pipelines.message import Event  # noqa: F401 - a handler imports it from here, beside Reject
+from pipelines.columns import EXACT_TYPES, INT_RANGE, column_converter, decimal_precision_scale, row_normaliser, \
+    sum_check
+# a handler imports them from here: Event, and Reject to refuse a message
+from pipelines.message import Event, Reject  # noqa: F401
 
 TableKind = Literal["keyed", "append", "aggregate"]
 OnError = Literal["skip", "park"]
 OnBug = Literal["park", "skip", "fail"]
 OnChange = Literal["mark", "rebuild"]
-
-
-class Reject(Exception):
-    """Raised by a handler to refuse a message for a business reason ("insufficient funds").
-
-    The message becomes a `handler_error` row of class `reject` and the view's `on_error` policy
-    applies. Any other exception escaping a handler is a bug in the view (class `bug`, policy `on_bug`)."""
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SQL_TYPE = re.compile(r"^(VARCHAR|BIGINT|INTEGER|DOUBLE|BOOLEAN|DATE|TIMESTAMPTZ|DECIMAL\(\d{1,2},\d{1,2}\))$")
@@ -43,134 +37,6 @@ def check_identifier(name: str, what: str) -> str:
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TEAM = re.compile(r"^team:[A-Za-z0-9_-]+$")
 _TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
-
-_INT_RANGE = {"BIGINT": (-(1 << 63), (1 << 63) - 1), "INTEGER": (-(1 << 31), (1 << 31) - 1)}
-# the Python type a handler gets back for each column type (DECIMAL → Decimal, TIMESTAMPTZ → aware UTC datetime)
-_EXACT_TYPES = {"VARCHAR": str, "DOUBLE": float, "BOOLEAN": bool, "DATE": date}
-
-
-def _unknown_columns(table: "Table", row: Mapping[str, Any]) -> None:
-    raise ValueError(f"{table.name}: unknown columns {sorted(row.keys() - table.column_set)}")
-
-
-def _wrong_type(where: str, sql_type: str, value: Any) -> TypeError:
-    return TypeError(f"{where} is {sql_type}: a handler cannot store {type(value).__name__} {value!r:.80}")
-
-
-def column_converter(sql_type: str, nullable: bool, where: str) -> Callable[[Any], Any]:
-    """The conversion of a handler's value to what the column holds, so a value reads back with the same
-    Python type and value in this run and in every later one, however the messages were split into runs:
-
-    - VARCHAR: str; BOOLEAN: bool; BIGINT/INTEGER: int (an integral Decimal or float is converted);
-    - DOUBLE: float (int and Decimal converted); DECIMAL(p,s): Decimal rounded half-up to s places
-      (int and float converted), as DuckDB rounds;
-    - DATE: date (an ISO string is parsed); TIMESTAMPTZ: aware datetime in UTC (naive is taken as UTC;
-      an ISO string is parsed).
-
-    A value of another type is a bug (TypeError); one the column cannot hold (out of range, not
-    finite, an unparsable date) is data: `Reject`. NULL is allowed outside the primary key."""
-
-    def null() -> None:
-        if not nullable:
-            raise ValueError(f"{where} is part of the primary key: it cannot be None")
-
-    if sql_type == "VARCHAR":
-        def convert(v: Any) -> Any:
-            if isinstance(v, str):
-                return str(v)
-            return null() if v is None else _raise(_wrong_type(where, sql_type, v))
-    elif sql_type == "BOOLEAN":
-        def convert(v: Any) -> Any:
-            return null() if v is None else _raise(_wrong_type(where, sql_type, v))  # bool took the fast path
-    elif sql_type in _INT_RANGE:
-        low, high = _INT_RANGE[sql_type]
-
-        def convert(v: Any) -> Any:
-            if v is None:
-                return null()
-            if isinstance(v, int) and not isinstance(v, bool):
-                out = int(v)
-            elif isinstance(v, (Decimal, float)) and math.isfinite(v) and v == int(v):
-                out = int(v)
-            else:
-                raise _wrong_type(where, sql_type, v)
-            if not low <= out <= high:
-                raise Reject(f"{where}: {out} is out of range for {sql_type}")
-            return out
-    elif sql_type == "DOUBLE":
-        def convert(v: Any) -> Any:
-            if v is None:
-                return null()
-            if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
-                raise _wrong_type(where, sql_type, v)
-            out = float(v) if not isinstance(v, int) or abs(v) < 1 << 1023 else math.inf
-            if not math.isfinite(out):
-                raise Reject(f"{where}: {v} does not fit DOUBLE")
-            return out
-    elif sql_type.startswith("DECIMAL"):
-        precision, scale = map(int, sql_type[8:-1].split(","))
-        quantum, digits = Decimal(1).scaleb(-scale), precision - scale
-
-        def convert(v: Any) -> Any:
-            if v.__class__ is Decimal:
-                d = v
-            elif v is None:
-                return null()
-            elif isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
-                raise _wrong_type(where, sql_type, v)
-            else:
-                d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
-            try:
-                q = d.quantize(quantum, ROUND_HALF_UP)
-            except InvalidOperation:  # not finite, or more digits than any DECIMAL holds
-                raise Reject(f"{where}: {v} does not fit {sql_type}") from None
-            if q and q.adjusted() >= digits:
-                raise Reject(f"{where}: {v} is out of range for {sql_type}")
-            return q
-    elif sql_type == "DATE":
-        def convert(v: Any) -> Any:
-            if isinstance(v, str):
-                try:
-                    return date.fromisoformat(v)
-                except ValueError:
-                    raise Reject(f"{where}: {v[:64]!r} is not an ISO 8601 date") from None
-            if isinstance(v, date) and not isinstance(v, datetime):
-                return date(v.year, v.month, v.day)
-            return null() if v is None else _raise(_wrong_type(where, sql_type, v))
-    elif sql_type == "TIMESTAMPTZ":
-        def convert(v: Any) -> Any:
-            if isinstance(v, str):
-                try:
-                    v = datetime.fromisoformat(v)
-                except ValueError:
-                    raise Reject(f"{where}: {v[:64]!r} is not an ISO 8601 time") from None
-            if isinstance(v, datetime):
-                if v.tzinfo is None:
-                    return v.replace(tzinfo=timezone.utc)
-                return v if v.tzinfo is timezone.utc else v.astimezone(timezone.utc)
-            return null() if v is None else _raise(_wrong_type(where, sql_type, v))
-    else:
-        raise ValueError(f"{where}: unsupported type {sql_type!r}")
-    return convert
-
-
-def _raise(exc: BaseException) -> Any:
-    raise exc
-
-
-def _check_decimal_sum(digits: int, where: str, sql_type: str, total: Decimal) -> None:
-    if total and total.adjusted() >= digits:
-        raise Reject(f"{where}: the sum {total} is out of range for {sql_type}")
-
-
-def _check_int_sum(low: int, high: int, where: str, sql_type: str, total: int) -> None:
-    if not low <= total <= high:
-        raise Reject(f"{where}: the sum {total} is out of range for {sql_type}")
-
-
-def _check_float_sum(where: str, total: float) -> None:
-    if not math.isfinite(total):
-        raise Reject(f"{where}: the sum {total} does not fit DOUBLE")
 
 
 @dataclass(frozen=True)
@@ -202,7 +68,7 @@ class Table:
             if not _SQL_TYPE.match(sql_type):
                 raise ValueError(f"column {self.name}.{column}: unsupported type {sql_type!r}")
             if sql_type.startswith("DECIMAL"):
-                precision, scale = map(int, sql_type[8:-1].split(","))
+                precision, scale = decimal_precision_scale(sql_type)
                 if not 1 <= precision <= 38 or scale > precision:
                     raise ValueError(f"column {self.name}.{column}: {sql_type} needs 1 <= precision <= 38 "
                                      "and scale <= precision")
@@ -238,41 +104,8 @@ class Table:
     @cached_property
     def normalise_row(self) -> Callable[[Mapping[str, Any]], dict]:
         """row -> a new dict with every column, in declared order, each value of its column's Python
-        type (see `column_converter`). Missing columns are None. Raises `Reject` for a value that does not
-        fit its column, TypeError for a value of another type and ValueError for unknown columns or
-        a NULL key: those two are bugs in the view.
-
-        Generated per table, because it runs on every write: a value already of its exact type (and
-        for integers, in range) costs one type test."""
-        names = {"_columns": self.column_set, "_unknown": _unknown_columns, "_table": self, "_Decimal": Decimal,
-                 "_HALF_UP": ROUND_HALF_UP}
-        body = ["def normalise_row(row):",
-                "    if not row.keys() <= _columns: _unknown(_table, row)",
-                "    get = row.get"]
-        items = []
-        for i, (column, sql_type) in enumerate(self.columns.items()):
-            v, convert = f"v{i}", f"_c{i}"
-            names[convert] = column_converter(sql_type, nullable=column not in self.key_set,
-                                              where=f"{self.name}.{column}")
-            body.append(f"    {v} = get({column!r})")
-            if sql_type in ("BIGINT", "INTEGER"):
-                low, high = _INT_RANGE[sql_type]
-                value = f"{v} if {v}.__class__ is int and {low} <= {v} <= {high} else {convert}({v})"
-            elif sql_type in _EXACT_TYPES:
-                names[f"_t{i}"] = _EXACT_TYPES[sql_type]
-                finite = f" and {v} - {v} == 0.0" if sql_type == "DOUBLE" else ""
-                value = f"{v} if {v}.__class__ is _t{i}{finite} else {convert}({v})"
-            elif sql_type.startswith("DECIMAL"):  # no cheap test of a Decimal's scale: always rounded to it
-                precision, scale = map(int, sql_type[8:-1].split(","))
-                names[f"_q{i}"] = Decimal(1).scaleb(-scale)
-                value = (f"(q if not (q := {v}.quantize(_q{i}, _HALF_UP)) or q.adjusted() < {precision - scale} "
-                         f"else {convert}(q)) if {v}.__class__ is _Decimal else {convert}({v})")
-            else:
-                value = f"{convert}({v})"
-            items.append(f"{column!r}: {value}")
-        body.append("    return {" + ", ".join(items) + "}")
-        exec("\n".join(body), names)  # noqa: S102 - code built from validated identifiers only
-        return names["normalise_row"]
+        type (`pipelines.columns.row_normaliser`)."""
+        return row_normaliser(self.name, self.columns, self.primary_key)
 
     @cached_property
     def utc_columns(self) -> tuple[str, ...]:
@@ -287,13 +120,13 @@ class Table:
         if len(self.primary_key) != 1:
             return None
         sql_type = self.columns[self.primary_key[0]]
-        return _EXACT_TYPES[sql_type] if sql_type in ("VARCHAR", "BOOLEAN", "DATE") else None
+        return EXACT_TYPES[sql_type] if sql_type in ("VARCHAR", "BOOLEAN", "DATE") else None
 
     @cached_property
     def increment_classes(self) -> dict[str, type | None]:
         """Per value column, the class an aggregate increment needs no conversion for (its sum is still
         checked by `sum_checks`); a DECIMAL increment is always rounded to its scale."""
-        return {c: int if t in _INT_RANGE else float if t == "DOUBLE" else None
+        return {c: int if t in INT_RANGE else float if t == "DOUBLE" else None
                 for c, t in self.columns.items() if c in self.value_column_set}
 
     @cached_property
@@ -311,17 +144,8 @@ class Table:
     def sum_checks(self) -> dict[str, Callable[[Any], None]]:
         """Per numeric value column: raise `Reject` when a sum of converted values no longer fits (a sum
         of values rounded to a DECIMAL's scale keeps that scale, so only its size needs checking)."""
-        checks: dict[str, Callable[[Any], None]] = {}
-        for column in self.value_columns:
-            sql_type, where = self.columns[column], f"{self.name}.{column}"
-            if sql_type.startswith("DECIMAL"):
-                precision, scale = map(int, sql_type[8:-1].split(","))
-                checks[column] = functools.partial(_check_decimal_sum, precision - scale, where, sql_type)
-            elif sql_type in _INT_RANGE:
-                checks[column] = functools.partial(_check_int_sum, *_INT_RANGE[sql_type], where, sql_type)
-            elif sql_type == "DOUBLE":
-                checks[column] = functools.partial(_check_float_sum, where)
-        return checks
+        checks = {c: sum_check(self.columns[c], f"{self.name}.{c}") for c in self.value_columns}
+        return {c: check for c, check in checks.items() if check is not None}
 
     @property
     def value_columns(self) -> tuple[str, ...]:
@@ -386,6 +210,60 @@ def add_column(table: str, column: str) -> AddColumn:
 Handler = Callable[["Event", Any], None]
 
 
+class HandlerRegistrationClosed(RuntimeError):
+    """`@view.handles(...)` ran after the view was loaded to run (its fingerprint already taken)."""
+
+
+class Handlers(Mapping[str, Handler]):
+    """A view's handlers, event type -> function: those given to `View(handlers=...)` and those
+    `@view.handles(...)` registers while the view's modules are imported. The registry seals it when it
+    loads the view (`pipelines.registry.load_views`): a handler registered later would run unseen by the
+    view's fingerprint, so it is refused (`HandlerRegistrationClosed`)."""
+
+    __slots__ = ("_view", "_by_type", "_sealed", "get")
+
+    def __init__(self, view: str, handlers: Mapping[str, Handler] = ()) -> None:
+        self._view, self._by_type, self._sealed = view, dict(handlers), False
+        self.get = self._by_type.get  # the walk looks a handler up for every message
+
+    def __getitem__(self, event_type: str) -> Handler:
+        return self._by_type[event_type]
+
+    def __iter__(self):
+        return iter(self._by_type)
+
+    def __len__(self) -> int:
+        return len(self._by_type)
+
+    def __repr__(self) -> str:
+        return f"Handlers({self._by_type!r})"
+
+    def __reduce__(self):
+        return _handlers, (self._view, self._by_type, self._sealed)
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed
+
+    def seal(self) -> None:
+        self._sealed = True
+
+    def add(self, event_type: str, handler: Handler) -> None:
+        if self._sealed:
+            raise HandlerRegistrationClosed(
+                f"view {self._view}: handles({event_type!r}) after the view was loaded to run: register its "
+                "handlers in the modules that INORDER_VIEWS names, which are imported before the views load")
+        if self._by_type.get(event_type, handler) is not handler:
+            raise ValueError(f"view {self._view}: {event_type!r} already has a handler")
+        self._by_type[event_type] = handler
+
+
+def _handlers(view: str, by_type: dict[str, Handler], sealed: bool) -> Handlers:
+    handlers = Handlers(view, by_type)
+    handlers._sealed = sealed
+    return handlers
+
+
 class Thresholds(NamedTuple):
     """A rate above `warn` makes a check warn; above `error`, fail."""
 
@@ -444,7 +322,8 @@ class AggregateTable(Protocol):
 
 @dataclass(frozen=True)
 class View:
-    """A projection. Handlers come from `handlers` (event type -> function) and from `@view.handles(...)`.
+    """A projection. Handlers come from `handlers` (event type -> function) and from `@view.handles(...)`
+    (both kept in the view's `Handlers`, sealed once the view is loaded to run).
 
     on_error: what a `Reject` does to its stream: `skip` (log it, go on) or `park` (the stream waits
     for `inorder retry`/`skip`). on_bug: the same for any other exception (a bug in the view):
@@ -460,7 +339,7 @@ class View:
     name: str
     tables: tuple[Table, ...]
     subscribes: tuple[str, ...]
-    handlers: Mapping[str, Handler] = field(default_factory=dict)
+    handlers: Mapping[str, Handler] = field(default_factory=dict)  # held as `Handlers`
     gap_timeout: float = 600.0
     max_pending: int = 10_000
     on_error: OnError = "skip"
@@ -481,7 +360,7 @@ class View:
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
-        object.__setattr__(self, "handlers", dict(self.handlers))  # its own, so `handles` can add to it
+        object.__setattr__(self, "handlers", Handlers(self.name, self.handlers))  # its own: `handles` adds to it
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "subscribes", tuple(self.subscribes))
         object.__setattr__(self, "expectations", tuple(self.expectations))
@@ -538,9 +417,7 @@ class View:
 
         def register(handler: Handler) -> Handler:
             for event_type in event_types:
-                if event_type in self.handlers and self.handlers[event_type] is not handler:
-                    raise ValueError(f"view {self.name}: {event_type!r} already has a handler")
-                self.handlers[event_type] = handler  # type: ignore[index]
+                self.handlers.add(event_type, handler)  # type: ignore[attr-defined]
             return handler
 
         return register

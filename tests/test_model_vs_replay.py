@@ -1,5 +1,5 @@
 """The reference model against the engine's own ordering, apply and inspection code run in memory
-(`pipelines.testing.replay_entries`): many examples, no Spark. The Spark-backed tests
+(`tests/memory_engine.py`, `replay_entries`): many examples, no Spark. The Spark-backed tests
 (tests/test_engine_vs_model.py) keep the pass and the commit honest; these keep the core honest.
 
 How many examples: the Hypothesis profile (tests/conftest.py): `dev` 200, `ci` 500 (derandomized),
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import strategies as st
 
 from pipelines.engine.normalise import SourceMapping
-from pipelines.testing import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
+from tests.memory_engine import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
 from tests.builders import T0, batch, dep, opened, wd
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
 from tests.harness import across_passes

@@ -12,7 +12,7 @@ from pipelines.engine import apply, order
 from pipelines.message import Message
 from pipelines.engine.pass_data import ErrorRecord
 from pipelines.engine.order import HandlerBug, HandlerBugFailure, PassEntry, PassOutput, StreamState, walk_stream
-from pipelines.testing import ReplayEntry, replay_entries
+from tests.memory_engine import ReplayEntry, replay_entries
 from pipelines.view import View
 from views import accounts
 

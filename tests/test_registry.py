@@ -77,6 +77,28 @@ def test_every_module_of_a_package_contributes_its_views_once(user_root):
     assert module_sources(f"{package},{single}") == [user_root / package, user_root / f"{single}.py"]
 
 
+def test_handlers_registered_in_another_module_count_and_none_after_loading(user_root):
+    """`@view.handles` from a second module of the package is part of the view (and of its fingerprint);
+    once the views are loaded to run, a handler more is refused rather than run unseen."""
+    from pipelines.store.versions import fingerprint
+    from pipelines.view import HandlerRegistrationClosed
+
+    package = write_module(user_root, {
+        "a.py": view_source("alpha", "alpha_rows"),
+        "b.py": "from .a import VIEW\n\n@VIEW.handles('Made')\ndef made(event, tables):\n    pass\n",
+    })
+    (view,) = load_views(package)
+    assert list(view.handlers) == ["Made"]
+    bare = view_source("alpha", "alpha_rows")
+    namespace: dict = {}
+    exec(bare, namespace)  # the same declaration without the second module's handler
+    assert fingerprint(namespace["VIEW"]) != fingerprint(view)
+    with pytest.raises(HandlerRegistrationClosed, match="alpha: handles\\('Late'\\) after the view was loaded"):
+        view.handles("Late")(lambda event, tables: None)
+    assert list(view.handlers) == ["Made"]
+    assert load_views(package) == (view,)  # loading again is allowed
+
+
 def refusal(user_root: Path, *sources: str) -> str:
     modules = [write_module(user_root, {"module.py": text}) for text in sources]
     with pytest.raises(ViewDeclarationError) as caught:

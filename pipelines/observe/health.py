@@ -13,6 +13,7 @@ import duckdb
 from pipelines.engine.ingest import archive_path
 from pipelines.engine.routing import unrouted
 from pipelines.store.database import OUTCOME_COLUMNS, Home, us_from_utc
+from pipelines.store.layout import LIVE, uncommitted
 from pipelines.view import Thresholds, View
 
 Severity = Literal["WARN", "ERROR"]
@@ -251,9 +252,7 @@ def view_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> Lag:
         [view.name]).fetchone()
     ingestion = None if newest is None else max((us_from_utc(newest[0]) - newest[1] / 1000) / 1e6, 0.0)
     behind = con.execute(
-        "SELECT count(*) FROM inorder.ingest_log l WHERE l.status = 'archived' "
-        "AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = ?) "
-        "AND NOT EXISTS (SELECT 1 FROM inorder.batches b WHERE b.view = ? AND b.entry_idx = l.entry_idx)",
+        f"SELECT count(*) FROM inorder.ingest_log l WHERE {uncommitted(LIVE.state, '?')}",
         [view.name, view.name]).fetchone()[0]
     return Lag(ingestion, _event_time_lag(con, home, view), behind)
 

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from pipelines.faults import crash_point
-from pipelines.store.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key
+from pipelines.store.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key, transaction
 from pipelines.store.versions import ViewVersion, check_view_set, reconcile
 from pipelines.view import View
 
@@ -302,14 +302,8 @@ class Store:
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """All or nothing: commit when the block ends, roll back when it raises."""
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            yield self.con
-            crash_point("store.commit")
-            self.con.execute("COMMIT")
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
+        with transaction(self.con, crash="store.commit") as con:
+            yield con
 
     def last_logical_time_us(self) -> int | None:
         row = self.con.execute("SELECT max(received_at) FROM inorder.ingest_log").fetchone()

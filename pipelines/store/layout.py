@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import re
-
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
+
+import duckdb
+
+from pipelines.faults import crash_point
 
 # The log of what arrived: shared by the live views and by a rebuild's shadow.
 INGEST_DDL = """
@@ -123,15 +127,33 @@ def drop_primary_key(con: Any, schema: str, table: str) -> None:
     columns = ", ".join(f'"{name}"' for (name,) in con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ? AND NOT is_generated "
         "ORDER BY column_index", [schema, table]).fetchall())
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute(f'ALTER TABLE "{schema}"."{table}" RENAME TO "{table}:keyed"')
         con.execute(keyless)
         for name in key:
             con.execute(f'ALTER TABLE "{schema}"."{table}" ALTER COLUMN "{name}" SET NOT NULL')
         con.execute(f'INSERT INTO "{schema}"."{table}" ({columns}) SELECT {columns} FROM "{schema}"."{table}:keyed"')
         con.execute(f'DROP TABLE "{schema}"."{table}:keyed"')
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection, crash: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """All or nothing: commit when the block ends, roll back when it raises (`crash`: the crash point armed
+    just before the commit, pipelines/faults.py)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+        if crash is not None:
+            crash_point(crash)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def uncommitted(state: str, view: str) -> str:
+    """The SQL condition on `inorder.ingest_log l` of an entry not yet committed for a view (`view`: a SQL
+    expression, a column or `?`): archived, for every view or (an operator's retry or skip) for this one,
+    and with no ledger row of the view in schema `state`."""
+    return (f"l.status = 'archived' AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = {view}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {state}.batches b WHERE b.batch_id = l.batch_id AND b.view = {view})")

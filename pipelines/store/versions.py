@@ -15,14 +15,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 import duckdb
 
-from pipelines.store.layout import LIVE, Layout, drop_primary_key
+from pipelines.store.layout import LIVE, Layout, drop_primary_key, transaction
 from pipelines.view import Table, View
 
 Change = Literal["new", "same", "code", "tables", "migration"]
@@ -255,7 +254,7 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
         version = versions[view.name]
         if version.change == "new":
             physical = _physical(con, layout, view.tables)
-            with _transaction(con):
+            with transaction(con):
                 if physical is not None and physical != table_declarations(view.tables):
                     # a store made before versions were recorded, whose tables are not the declared ones
                     con.execute(f"INSERT INTO {layout.state}.view_versions (view, fingerprint, tables, recorded_at) "
@@ -264,7 +263,7 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
                 else:
                     record(con, view, layout)
         elif version.change == "migration":
-            with _transaction(con):
+            with transaction(con):
                 old = {t["name"]: dict(map(tuple, t["columns"])) for t in json.loads(con.execute(
                     f"SELECT tables FROM {layout.state}.view_versions WHERE view = ?", [view.name]).fetchone()[0])}
                 for table in view.tables:
@@ -306,7 +305,7 @@ def remove_view(con: duckdb.DuckDBPyConnection, name: str, confirmed: bool) -> R
     counts = {table: con.execute(f"SELECT count(*) FROM inorder.{table} WHERE view = ?", [name]).fetchone()[0]
               for table in ("watermarks", "pending", "errors", "gaps", "batches")}
     if confirmed:
-        with _transaction(con):
+        with transaction(con):
             for table in tables:
                 con.execute(f'DROP TABLE IF EXISTS {LIVE.table(table)}')
                 con.execute(f'DROP TABLE IF EXISTS {LIVE.newest_rows(table)}')  # an append table's newest rows
@@ -331,22 +330,11 @@ def keep_newest_rows(con: duckdb.DuckDBPyConnection, table: Table, layout: Layou
     columns = ", ".join(f'"{c}"' for c in table.columns)
     values = ", ".join(f'r."{c}"' for c in table.columns)
     newest = ", ".join(f'r."{c}" DESC' for c in table.primary_key)
-    with _transaction(con):
+    with transaction(con):
         con.execute(f"DROP TABLE IF EXISTS {name}")
         con.execute(f"CREATE TABLE {name} ({declared})")
         con.execute(f"INSERT INTO {name} ({columns}) SELECT {values} FROM {layout.table(table.name)} r "
                     f'QUALIFY row_number() OVER (PARTITION BY r."{table.stream_key}" ORDER BY {newest}) = 1')
-
-
-@contextmanager
-def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    con.execute("BEGIN TRANSACTION")
-    try:
-        yield
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def record_projection(con: duckdb.DuckDBPyConnection, views: Sequence[View], first_entries: dict[str, tuple[int, str]],
