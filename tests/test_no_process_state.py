@@ -95,3 +95,20 @@ def test_spark_session_writes_no_environment_and_its_workers_run_this_python():
     """, env)
     assert found == {"pythons": [sys.executable], "driver_host": "127.0.0.1",
                      "environ": [], "filters": [], "field_size_limit": []}
+
+
+def test_the_pandas_notice_is_dropped_in_a_pass_only():
+    import warnings
+
+    from pipelines.spark.session import stage_progress
+
+    notice = "PySpark does not yet fully support pandas >= 3.0.0. Some features may not work correctly."
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with stage_progress("pass 1/1", lambda line: None):
+            warnings.warn(notice, FutureWarning)  # what pyspark says on each mapInArrow
+            warnings.warn("another FutureWarning", FutureWarning)
+        warnings.warn(notice, FutureWarning)
+    assert [str(w.message) for w in caught] == ["another FutureWarning", notice]
+    assert warnings.filters == before
