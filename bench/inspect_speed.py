@@ -1,4 +1,4 @@
-"""Inspection speed, side by side: the frozen per-line normaliser (tests/inspect_reference.py) against the
+"""Inspection speed, side by side: the frozen per-line normaliser (bench/inspect_reference.py) against the
 live one, on the same bank batches, in one process, file by file in turn (so a busy machine slows both alike):
 
     python -m bench.inspect_speed [EVENTS ...]        # default 100000 1000000
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pipelines.engine.normalise as live
-import tests.inspect_reference as reference
+import bench.inspect_reference as reference
 from bench import data
 
 

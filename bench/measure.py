@@ -1,6 +1,6 @@
 """Timers and the peak resident memory of this process with all its descendants (Spark's JVM and
 its Python workers), sampled on a thread; and of another process, role by role (RoleRssSampler).
-The /proc readers are the soak's (tests/soak.py)."""
+The soak (tests/soak.py) reads /proc with these readers too."""
 
 from __future__ import annotations
 
@@ -10,7 +10,32 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from tests.soak import descendants, rss_bytes
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (FileNotFoundError, StopIteration):
+        return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """Child processes, recursively (Spark's JVM and its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def tree_rss(pid: int | None = None) -> int:

@@ -3,7 +3,7 @@
     python -m bench.publish [--events 1000000] [--increment 10000] [--rounds 3] [--work DIR] [--profile]
 
 In ONE process and ONE warm Spark session, against a throwaway PostgreSQL server
-(tests/postgres.py, durable: fsync and synchronous commit on):
+(bench/postgres.py, durable: fsync and synchronous commit on):
 
 1. **bulk**: `inorder run` (pipelines.facade.run, the CLI's call) on the N-event bank input into two
    fresh homes, one with INORDER_SERVE_POSTGRES set (its first publication of each view is full:
@@ -100,7 +100,7 @@ def one_run(spark, home, now, dsn: str | None, schema: str = "public") -> dict:
 def warm_up(spark, work: Path, dsn: str) -> float:
     """Tiny runs first, with and without publishing (its own schema), so the measured runs pay for
     neither the JIT, the Python workers' start nor psycopg's first connection."""
-    from views.bank_generator import GeneratorConfig, generate
+    from demos.bank import GeneratorConfig, generate
 
     with timer() as t:
         for name, target in (("warm-plain", None), ("warm-served", dsn)):
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
 
     from pipelines.spark.session import spark_session
-    from tests.postgres import PostgresServer
+    from bench.postgres import PostgresServer
 
     cache = Path(args.work) / "inputs"
     scratch = Path(args.work) / "scratch" / f"publish-{os.getpid()}"

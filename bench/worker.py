@@ -20,7 +20,7 @@ from pipelines.facade import run
 from pipelines.spark.session import spark_session
 from pipelines.store.database import Home
 from bench.data import BANK_VIEWS
-from views.bank_generator import GeneratorConfig, generate
+from demos.bank import GeneratorConfig, generate
 
 
 def say(message: str) -> None:

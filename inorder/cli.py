@@ -141,7 +141,7 @@ def _print_table(names: Sequence[str], rows: Iterable[Sequence[object]], null: s
             print("  ".join("-" * w for w in widths))
 
 
-GENERATORS = {"bank": "views.bank_generator", "shop": "shop.generator"}  # the demo domains
+GENERATORS = {"bank": "demos.bank", "shop": "demos.shop"}  # the demo domains
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -1,5 +1,5 @@
 """The online shop demo: a second domain written the way a user writes their own views.
 
-Its views live in `shop.views` (run them with `INORDER_VIEWS=shop.views`); `shop.generator`
+Its views live in `shop.views` (run them with `INORDER_VIEWS=shop.views`); `demos.shop`
 writes demo batches with the trouble real feeds have.
 """

@@ -31,9 +31,9 @@ def spark():
 
 @pytest.fixture(scope="session")
 def postgres():
-    """A real PostgreSQL server for the whole test run (tests/postgres.py): its libpq connection string.
+    """A real PostgreSQL server for the whole test run (bench/postgres.py): its libpq connection string.
     Never skipped: without the server binaries the tests that need it fail, saying how to install them."""
-    from tests.postgres import PostgresServer
+    from bench.postgres import PostgresServer
 
     with PostgresServer() as server:
         yield server.dsn

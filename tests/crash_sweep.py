@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="publish every run to this PostgreSQL and compare it too ('start': a throwaway server)")
     args = p.parse_args(argv)
     if args.postgres == "start":
-        from tests.postgres import PostgresServer
+        from bench.postgres import PostgresServer
 
         with PostgresServer() as server:
             args.postgres = server.dsn

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 from hypothesis import strategies as st
 
-from shop.generator import poison_changes, poisoned
+from demos.shop import poison_changes, poisoned
 from tests.reference_model import Entry
 from tests.strategies import MALFORMED_LINES, batches_of, resplit
 

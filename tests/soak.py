@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 from pathlib import Path
 
+from bench.measure import descendants, rss_bytes
 from tests.harness import assert_conserved, assert_same_store, read_store, run_entries
 from tests.reference_model import Entry, run_model
 from tests.domains import BANK_VIEWS
-from views.bank_generator import GeneratorConfig, generate
+from demos.bank import GeneratorConfig, generate
 
 T0 = 1_790_000_000.0
 TICK_STEPS = (1, 30, 120, 599, 600, 601, 900, 3600)  # seconds; the bank views time gaps out at 600 s
@@ -43,33 +44,6 @@ def soak_entries(batches: int, events_per_batch: int, seed: int, staging: Path) 
             entries.append(Entry("tick", f"tick-{len(entries) + 1}", t))
             t += rng.choice(TICK_STEPS)
     return entries
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-    except (FileNotFoundError, StopIteration):
-        return 0
-
-
-def descendants(pid: int) -> list[int]:
-    """Child processes, recursively (Spark's JVM and its Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 class MemorySample(NamedTuple):

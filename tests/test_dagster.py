@@ -26,7 +26,7 @@ from tests.reference_model import Entry, run_model
 from pipelines.registry import view_named
 from pipelines.view import Alerts, Thresholds, View
 from tests.domains import BANK_VIEWS
-from views.bank_generator import GeneratorConfig, generate
+from demos.bank import GeneratorConfig, generate
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 LAYER = build_layer(BANK_VIEWS)  # the bank's assets, checks, sensors and schedule, on no home in particular

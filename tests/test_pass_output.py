@@ -17,7 +17,7 @@ from pipelines.engine.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, Pen
 from pipelines.registry import load_views
 from pipelines.facade import run
 from tests.harness import assert_same_store, fresh_home, read_store
-from views.bank_generator import GeneratorConfig, generate
+from demos.bank import GeneratorConfig, generate
 
 VIEWS = load_views("views")
 SCHEMA = output_schema(VIEWS)

@@ -1,4 +1,4 @@
-"""Publishing to PostgreSQL (issue 11 §3), against a real server (tests/postgres.py), with the shop's
+"""Publishing to PostgreSQL (issue 11 §3), against a real server (bench/postgres.py), with the shop's
 views (keyed, append and aggregate tables, every column type): after every run PostgreSQL holds
 exactly DuckDB's view tables, `inorder_published` names DuckDB's newest entry, only changed rows
 travel, and a publication missed for any reason is caught up without applying anything twice."""
@@ -20,7 +20,7 @@ import pytest
 from pipelines.serve.publish import Publisher, ServeTarget, pg_type
 from pipelines.facade import rebuild, run
 from pipelines.store.database import Home
-from shop.generator import GeneratorConfig, generate
+from demos.shop import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
 from tests.harness import entry_time, write_batch
 from tests.holds_views import DELETES_STORED_ROWS, HOLDS

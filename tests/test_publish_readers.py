@@ -30,7 +30,7 @@ import dagster as dg
 import psycopg
 
 from pipelines.testing import replay
-from shop.generator import GeneratorConfig, generate
+from demos.shop import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
 
 INORDER = str(Path(sys.executable).with_name("inorder"))

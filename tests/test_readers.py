@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from pipelines.store.database import StoreBusy, connect
-from shop.generator import GeneratorConfig, generate
+from demos.shop import GeneratorConfig, generate
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 

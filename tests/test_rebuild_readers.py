@@ -24,7 +24,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from shop.generator import GeneratorConfig, generate
+from demos.shop import GeneratorConfig, generate
 from tests import bank_changed, shop_changed
 from tests.test_dagster import VIEW_CHECKS  # every check a view has, which a rebuild runs
 from tests.view_reader import snapshot

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.domains import SHOP_VIEWS
 from pipelines.testing import replay
-from shop.generator import GeneratorConfig, generate, poison_changes, poisoned
+from demos.shop import GeneratorConfig, generate, poison_changes, poisoned
 from shop.views.orders import ORDERS
 from tests.builders import T0
 from tests.reference_model import Entry, Model, run_model

@@ -11,6 +11,11 @@ from pipelines.spark import session as sp
 from pipelines.spark.settings import env_conf
 
 
+class Context(SimpleNamespace):
+    """A Spark context's stand-in that, like pyspark's, can be weakly referenced (session.py keeps what it
+    shipped to a context in a map of its own, not on the context)."""
+
+
 def classic(master: str) -> SimpleNamespace:
     return SimpleNamespace(sparkContext=SimpleNamespace(master=master))
 
@@ -44,15 +49,15 @@ def test_spark_conf_from_the_environment(monkeypatch):
 def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
     monkeypatch.delenv("INORDER_SHIP_CODE", raising=False)
     added = []
-    remote = SimpleNamespace(sparkContext=SimpleNamespace(master="spark://10.0.0.1:7077", addPyFile=added.append))
+    remote = SimpleNamespace(sparkContext=Context(master="spark://10.0.0.1:7077", addPyFile=added.append))
     path = sp.ship_code(remote)
     assert sp.ship_code(remote) == path and added == [str(path)]
     names = zipfile.ZipFile(path).namelist()
     assert "pipelines/engine/project.py" in names and "views/accounts.py" in names
-    local = SimpleNamespace(sparkContext=SimpleNamespace(master="local[*]", addPyFile=added.append))
+    local = SimpleNamespace(sparkContext=Context(master="local[*]", addPyFile=added.append))
     assert sp.ship_code(local) is None and len(added) == 1
     monkeypatch.setenv("INORDER_SHIP_CODE", "0")
-    other = SimpleNamespace(sparkContext=SimpleNamespace(master="yarn", addPyFile=added.append))
+    other = SimpleNamespace(sparkContext=Context(master="yarn", addPyFile=added.append))
     assert sp.ship_code(other) is None and len(added) == 1
 
 

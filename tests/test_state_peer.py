@@ -15,7 +15,7 @@ from bench.measure import RssSampler
 from pipelines.facade import run
 from pipelines.store.database import Home
 from pipelines.view import View
-from views.bank_generator import GeneratorConfig, generate
+from demos.bank import GeneratorConfig, generate
 
 # about 50 s (a streaming query and seven runs): issue 13 keeps .ci/run from getting longer
 pytestmark = pytest.mark.long

@@ -24,7 +24,7 @@ import pytest
 
 from inorder.dagster_runs import dagster_home
 from pipelines.store.database import Home
-from views.bank_generator import GeneratorConfig, generate
+from demos.bank import GeneratorConfig, generate
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]

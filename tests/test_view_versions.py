@@ -23,7 +23,7 @@ from pipelines.observe.status import format_status, read_status
 from pipelines.store.database import Home, Store
 from pipelines.store.versions import compare, fingerprint, read_versions, table_declarations
 from pipelines.view import Alerts, Thresholds, add_column, between
-from shop.generator import GeneratorConfig, generate
+from demos.shop import GeneratorConfig, generate
 from tests.harness import across_passes, assert_conserved, assert_same_store, fresh_home, read_store
 from tests.shop_changed import changed_orders
 

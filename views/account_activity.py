@@ -8,7 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from pipelines.view import Alerts, Event, Table, View, between, in_set, not_null, unique
-from views.bank_generator import LATE_BY_DESIGN
+from views.design import LATE_BY_DESIGN
 from views.money import amount_of
 
 ACCOUNT_ACTIVITY = Table(

@@ -9,7 +9,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from pipelines.view import Alerts, Event, Reject, Table, Thresholds, View, between, in_set, not_null, unique
-from views.bank_generator import LATE_BY_DESIGN
+from views.design import LATE_BY_DESIGN
 from views.money import amount_of
 
 ACCOUNTS = Table(

@@ -6,7 +6,7 @@ An aggregate table: handlers only add increments, so the order between streams n
 from __future__ import annotations
 
 from pipelines.view import Alerts, Event, Table, View, between, not_null, unique
-from views.bank_generator import LATE_BY_DESIGN
+from views.design import LATE_BY_DESIGN
 from views.money import amount_of, utc_day
 
 DAILY_TOTALS = Table(

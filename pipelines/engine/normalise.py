@@ -403,14 +403,22 @@ def _positions_of_none(items: list) -> Iterator[int]:
         yield position
 
 
+def _unlimited_row(reader: Iterator[list[str]]) -> list[str]:
+    """`next(reader)` with no field size limit of its own (the default 128 KiB would reject the field, not
+    measure the record): the whole file is in memory already, and max_record_bytes bounds each record.
+    The limit is the csv module's, for the whole process: lifted for this one row, then put back."""
+    before = csv.field_size_limit(sys.maxsize)
+    try:
+        return next(reader)
+    finally:
+        csv.field_size_limit(before)
+
+
 def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, bytes | str, Any]]:
-    # No field limit of its own (the default 128 KiB would reject the field, not measure the record):
-    # the whole file is in memory already, and max_record_bytes bounds each record below.
-    csv.field_size_limit(sys.maxsize)
     text = data.decode("utf-8-sig", errors="surrogateescape")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        header = next(reader)
+        header = _unlimited_row(reader)
     except StopIteration:
         return
     except csv.Error as exc:
@@ -420,7 +428,7 @@ def _csv_records(data: bytes, mapping: SourceMapping) -> Iterator[tuple[int, byt
     number = 0
     while True:
         try:
-            row = next(reader)
+            row = _unlimited_row(reader)
         except StopIteration:
             return
         except csv.Error as exc:

@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 import zipfile
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
@@ -41,6 +42,42 @@ ENGINE_PACKAGE = "pipelines"
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 # what the JVM and Spark print on the JVM's stderr as it starts, whatever log4j says (INORDER_DEBUG=1 shows it)
 JVM_START_NOTICE = re.compile(rb"^(WARNING: Using incubator modules|Setting default log level|To adjust logging level)")
+# a local session's driver binds to loopback only (what SPARK_LOCAL_IP=127.0.0.1 did, without the environment)
+LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+class _Facts:
+    """What this module knows of objects it does not own (sessions, Spark contexts), kept here rather than
+    as attributes patched onto them: keyed by identity (pyspark's objects need not be hashable), and
+    forgotten as the object goes."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[weakref.ref, object]] = {}
+
+    def get(self, holder: object, default: object = None) -> object:
+        item = self._items.get(id(holder))
+        return item[1] if item is not None and item[0]() is holder else default
+
+    def __contains__(self, holder: object) -> bool:
+        return self.get(holder, self) is not self
+
+    def __setitem__(self, holder: object, value: object) -> None:
+        key = id(holder)
+        self._items[key] = (weakref.ref(holder, lambda _, key=key: self._items.pop(key, None)), value)
+
+
+_WARM = _Facts()  # a session on the home's warm server: that server's files
+_SHIPPED = _Facts()  # a session (Connect) or Spark context (classic): the name of the code zip shipped to it
+
+
+@contextlib.contextmanager
+def pandas_notice_quiet() -> Iterator[None]:
+    """pyspark warns about pandas 3 (a FutureWarning) whenever it checks pandas' version: on importing
+    some of its modules, and on each `mapInArrow`. inorder exchanges Arrow, not pandas: the notice is
+    dropped in the block only (the process's warning filters are left as they were)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+        yield
 
 
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -55,16 +92,14 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     warm_files = None if master else _home_server_files()
     warm = warm_files and register_client(warm_files)
     master = master or (_code_version_session(warm) if warm else "local[*]")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if master.startswith("sc://"):
         builder = SparkSession.builder.remote(master)
         defaults = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
         defaults = DEFAULT_CONF
+        if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
+            defaults = {**DEFAULT_CONF, **LOCAL_DRIVER_CONF}
     settings = {**defaults, **env_conf(), **(conf or {})}
     quiet = not master.startswith("sc://") and not debugging()  # a Connect session starts no JVM here
     if quiet:  # first, so that a configuration file the user names wins
@@ -72,19 +107,26 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
             f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", settings.get("spark.driver.extraJavaOptions"))))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    # pyspark warns about pandas 3 on every Arrow call; inorder exchanges Arrow, not pandas
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-    with _jvm_start_notices_dropped() if quiet else contextlib.nullcontext():
+    with pandas_notice_quiet(), _jvm_start_notices_dropped() if quiet else contextlib.nullcontext():
         session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
-    if warm and getattr(session, "_inorder_warm", None) is None:
+        _python_workers_run_this_python(session)
+    if warm and session not in _WARM:
         # the session's Python daemon runs in the folder of its artifacts: this file there names the
         # process it serves, for the supervisor to end the daemon once the process has exited
         session.addArtifacts(str(warm_files.client), file=True)
-        session._inorder_warm = warm_files
+        _WARM[session] = warm_files
     _set_shuffle_partitions(session)
     return session
+
+
+def _python_workers_run_this_python(session: SparkSession) -> None:
+    """A classic session's Python workers (and a cluster's executors) run this interpreter unless
+    PYSPARK_PYTHON names another. pyspark reads that variable once, into its context's `pythonExec`,
+    which every function it sends to the workers carries: set there, not in the process's environment."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        session.sparkContext.pythonExec = sys.executable
 
 
 LOCAL_SHUFFLE_PARTITIONS = 4  # one machine: a few tasks per core of a small one, each with a Python worker
@@ -160,7 +202,7 @@ def _home_server_files() -> ServerFiles:
 
 def mark_used(spark: SparkSession) -> None:
     """After a pass: a warm server's idle time counts from now."""
-    files = getattr(spark, "_inorder_warm", None)
+    files = _WARM.get(spark)
     if files is not None:
         files.mark_used()
 
@@ -193,7 +235,8 @@ def _forward_jvm_stderr(read_end: int, ours: int) -> None:
 def stage_progress(label: str, say: Callable[[str], None], every_seconds: float = 2.0) -> Iterator[None]:
     """While the block runs, say where Spark's newest job is (`label: stage 3/5 (120/200 tasks)`), when
     it changed and at most every `every_seconds`. Only a classic session has a status tracker: with
-    Spark Connect (or while no session has started) nothing is said."""
+    Spark Connect (or while no session has started) nothing is said. The block is a pass's Spark work:
+    pyspark's pandas-3 notice (each `mapInArrow`) is dropped in it, as the terminal has only progress lines."""
     stop = threading.Event()
 
     def poll() -> None:
@@ -212,7 +255,8 @@ def stage_progress(label: str, say: Callable[[str], None], every_seconds: float 
     thread = threading.Thread(target=poll, daemon=True, name="inorder-spark-stages")
     thread.start()
     try:
-        yield
+        with pandas_notice_quiet():
+            yield
     finally:
         stop.set()
         thread.join()
@@ -251,7 +295,7 @@ def is_local(spark: SparkSession) -> bool:
     """Do driver and executors share this machine's files? A classic session on a `local[…]` master
     (its executors are threads of this process), or a session of the home's warm server (on loopback)."""
     if is_connect(spark):
-        return getattr(spark, "_inorder_warm", None) is not None
+        return spark in _WARM
     return spark.sparkContext.master.startswith("local")
 
 
@@ -329,10 +373,10 @@ def ship_code(spark: SparkSession) -> Path | None:
         return None
     holder = spark if is_connect(spark) else spark.sparkContext
     path = code_zip()
-    if getattr(holder, "_inorder_code", None) != path.name:
+    if _SHIPPED.get(holder) != path.name:
         if is_connect(spark):
             spark.addArtifacts(str(path), pyfile=True)
         else:
             spark.sparkContext.addPyFile(str(path))
-        holder._inorder_code = path.name
+        _SHIPPED[holder] = path.name
     return path

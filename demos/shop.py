@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 # the bank demo's knobs (events, streams, batches, disorder, duplicates, gaps, poison, seed) and file names
-from views.bank_generator import GeneratorConfig, batch_paths
+from demos.bank import GeneratorConfig, batch_paths
 
 __all__ = ["GeneratorConfig", "generate", "POISON", "poison_changes", "poisoned"]
 
