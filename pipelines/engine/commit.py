@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from pipelines.faults import crash_point
-from pipelines.engine.project import PassPlan, PassResult
+from pipelines.engine.output import PassResult
+from pipelines.engine.planning import PassPlan
 from pipelines.store.layout import LIVE, Layout
 from pipelines.engine.pass_data import OutputKind, row_column
-from pipelines.store.database import OUTCOME_COLUMNS, Store
+from pipelines.store.database import COUNTED, OUTCOME_COLUMNS, Outcome, Store
 from pipelines.store.versions import record_projection
 from pipelines.view import Table, View
 
@@ -64,7 +65,8 @@ def _write_view_tables(store: Store, view: View, layout: Layout) -> None:
 
 # the ledger's columns (docs/STORE.md), in the order `_ledger_rows` gives them
 LEDGER_COLUMNS = ("batch_id", "view", "entry_idx", "kind", "received_at", "records", "malformed", "normalised",
-                  "selected", "unrouted", *OUTCOME_COLUMNS, "pending", "gaps_skipped", "committed_at")
+                  Outcome.SELECTED.value, "unrouted", *OUTCOME_COLUMNS, "pending", Outcome.GAPS_SKIPPED.value,
+                  "committed_at")
 
 
 def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str], layout: Layout) -> list[list]:
@@ -87,13 +89,12 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str], layou
     for view, entries in plan.by_view.items():
         pending = pending_before.get(view, 0)
         for entry in entries:
-            c = {name: counts.get((view, entry.entry_idx, name), 0)
-                 for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")}
-            pending += c["selected"] - sum(c[name] for name in OUTCOME_COLUMNS)
+            c = {name: counts.get((view, entry.entry_idx, name), 0) for name in COUNTED}
+            pending += c[Outcome.SELECTED] - sum(c[name] for name in OUTCOME_COLUMNS)
             received_at, records, malformed, normalised = info[entry.entry_idx]
             rows.append([entry.batch_id, view, entry.entry_idx, entry.kind, received_at, records, malformed,
-                         normalised, c["selected"], unrouted.get(entry.entry_idx, 0),
-                         *(c[name] for name in OUTCOME_COLUMNS), pending, c["gaps_skipped"], now])
+                         normalised, c[Outcome.SELECTED], unrouted.get(entry.entry_idx, 0),
+                         *(c[name] for name in OUTCOME_COLUMNS), pending, c[Outcome.GAPS_SKIPPED], now])
     return rows
 
 
