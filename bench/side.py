@@ -31,7 +31,9 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 # phase -> (module, function) candidates, tried in order: the first one found is wrapped
 PHASE_HOOKS = {
-    "state_load": [("pipelines.engine.project", "load_inputs"), ("pipelines.project", "load_inputs")],
+    # load_inputs is wrapped where run_pass calls it (pipelines/engine/spark_pass.py since the split of project.py)
+    "state_load": [("pipelines.engine.spark_pass", "load_inputs"), ("pipelines.engine.project", "load_inputs"),
+                   ("pipelines.project", "load_inputs")],
     "commit": [("pipelines.facade", "commit_pass"), ("pipelines.run", "commit_pass")],
 }
 # where each engine function the bench calls lives: the package's rooms, then the flat layout before them

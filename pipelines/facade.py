@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from pipelines.engine.commit import commit_pass, pass_output
@@ -19,12 +17,15 @@ from pipelines.faults import crash_point
 from pipelines.engine.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
                               new_landing_files, record_entry, reingest, tick_due)
 from pipelines.engine.normalise import SourceMapping
-from pipelines.engine.project import WALKED_METRIC, PassResult, pass_folder, plan_passes, run_pass, views_with_due_buffers
+from pipelines.engine.inputs import pass_folder, views_with_due_buffers
+from pipelines.engine.output import PassResult
+from pipelines.engine.planning import plan_passes, views_waiting
+from pipelines.engine.spark_pass import run_pass
+from pipelines.engine.stats import ProjectionStats
 from pipelines.serve.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark.session import stage_progress, starting_line
 from pipelines.store.layout import LIVE, Layout
 from pipelines.engine.order import HandlerBugFailure, NotParked
-from pipelines.engine.pass_data import OutputKind
 from pipelines.store.rebuild import prepare_shadow, swap
 from pipelines.store.database import Home, Store, take_lock, us_from_utc
 from pipelines.store.versions import read_versions
@@ -37,66 +38,6 @@ SparkSource = SparkSession | Callable[[], SparkSession]
 
 def _quiet(message: str) -> None:
     pass
-
-
-@dataclass
-class ProjectionStats:
-    passes: int = 0
-    entries: int = 0
-    selected: int = 0
-    handler_calls: int = 0
-    walk_seconds: float = 0.0  # time inside the ordering walk and handlers, summed over executors
-    walk_cpu_seconds: float = 0.0  # the same walks' CPU time
-    spark_start_seconds: float = 0.0  # getting the session: a JVM start, or a warm server's session
-    spark_seconds: float = 0.0  # wall time of the Spark passes (load state, shuffle, sort, walk, write out)
-    commit_seconds: float = 0.0
-    by_view: dict[str, dict[str, int]] = field(default_factory=dict)  # outcome counts of this projection
-    streams_touched: dict[str, int] = field(default_factory=dict)
-    publications: list[Publication] = field(default_factory=list)  # to PostgreSQL, when it serves reads
-    publish_seconds: float = 0.0
-    publish_error: str | None = None  # publishing failed (DuckDB is committed; a later publication catches up)
-    refused: dict[str, str] = field(default_factory=dict)  # view -> why it was not projected (one line)
-    rebuild_due: list[str] = field(default_factory=list)  # views with on_change="rebuild" whose code changed
-    rebuilt: list[str] = field(default_factory=list)
-
-    def merge(self, other: "ProjectionStats") -> None:
-        """Add another projection's figures to these (a rebuild's replay and catch-up, say)."""
-        for name in ("passes", "entries", "selected", "handler_calls", "walk_seconds", "walk_cpu_seconds",
-                     "spark_start_seconds", "spark_seconds", "commit_seconds", "publish_seconds"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for view, counts in other.by_view.items():
-            mine = self.by_view.setdefault(view, {})
-            for name, n in counts.items():
-                mine[name] = mine.get(name, 0) + n
-        for view, n in other.streams_touched.items():
-            self.streams_touched[view] = self.streams_touched.get(view, 0) + n
-        self.publications += other.publications
-        self.publish_error = self.publish_error or other.publish_error
-        self.refused.update(other.refused)
-        self.rebuilt += other.rebuilt
-
-    def add(self, summary: pa.Table) -> None:
-        """Count a pass's `PassResult.summary` (its counts and metrics), grouped by Arrow."""
-        def totals(kind: OutputKind, keys: list[str]) -> list[dict]:
-            of_kind = summary.filter(pc.equal(summary["kind"], kind.value))
-            return of_kind.group_by(keys).aggregate([("n", "sum"), ("kind", "count")]).to_pylist()
-
-        for metric in totals(OutputKind.METRIC, ["view", "name"]):
-            if metric["name"] == "walk_us":
-                self.walk_seconds += metric["n_sum"] / 1e6
-            elif metric["name"] == "walk_cpu_us":
-                self.walk_cpu_seconds += metric["n_sum"] / 1e6
-            elif metric["name"] == WALKED_METRIC:
-                view = metric["view"]
-                self.streams_touched[view] = self.streams_touched.get(view, 0) + metric["n_sum"]
-        for count in totals(OutputKind.COUNT, ["view", "name"]):
-            view, name, n = count["view"], count["name"], count["n_sum"]
-            per_view = self.by_view.setdefault(view, {})
-            per_view[name] = per_view.get(name, 0) + n
-            if name == "selected":
-                self.selected += n
-            elif name in ("applied", "handler_error"):
-                self.handler_calls += n
 
 
 @dataclass
@@ -135,10 +76,9 @@ def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | No
     versions = store.versions or read_versions(store.con, views)
     active = [v for v in views if not versions[v.name].refused]  # a refused view waits for its rebuild
     fresh = _never_projected(store, active)
-    waiting = [(view, entry) for plan in plan_passes(store, active) for view, entries in plan.by_view.items()
-               for entry in entries if entry.kind != "tick"]
-    resumed = any(versions[v.name].rebuild_due for v in views) or any(view not in fresh for view, _ in waiting)
-    catching_up = tuple(sorted({view for view, _ in waiting if view in fresh}))
+    waiting = views_waiting(store, active)  # the passes are planned once, by `project`
+    resumed = any(versions[v.name].rebuild_due for v in views) or bool(waiting - fresh)
+    catching_up = tuple(sorted(waiting & fresh))
     t_us = _logical_now(store, now)
     last = store.last_logical_time_us()
     tick, due = False, ()

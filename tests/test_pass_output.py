@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.engine import project
+from pipelines.engine import output, spark_pass
 from pipelines.message import Message
 from pipelines.engine.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, PendingRecord, WatermarkRecord, output_batches,
                                  output_schema)
@@ -36,7 +36,7 @@ def partition_batches(streams: int) -> list[pa.RecordBatch]:
 
 
 def test_a_partition_writes_every_record_to_its_file_and_hands_back_only_its_summary(tmp_path):
-    summary = pa.Table.from_batches(list(project.write_partition_output(
+    summary = pa.Table.from_batches(list(output.write_partition_output(
         iter(partition_batches(3)), tmp_path, SCHEMA, partition=7, attempt=0)))
     assert [p.name for p in tmp_path.iterdir()] == ["part-00007.parquet"]
     written = pq.read_table(tmp_path / "part-00007.parquet")
@@ -56,9 +56,9 @@ def test_a_failed_attempt_leaves_no_file_and_the_next_attempt_writes_it_whole(tm
         raise RuntimeError("executor lost")
 
     with pytest.raises(RuntimeError, match="executor lost"):
-        list(project.write_partition_output(failing(), tmp_path, SCHEMA, partition=2, attempt=0))
+        list(output.write_partition_output(failing(), tmp_path, SCHEMA, partition=2, attempt=0))
     assert list(tmp_path.iterdir()) == []
-    list(project.write_partition_output(iter(partition_batches(4)), tmp_path, SCHEMA, partition=2, attempt=1))
+    list(output.write_partition_output(iter(partition_batches(4)), tmp_path, SCHEMA, partition=2, attempt=1))
     assert [p.name for p in tmp_path.iterdir()] == ["part-00002.parquet"]
     assert pq.read_table(tmp_path / "part-00002.parquet")["kind"].to_pylist().count("watermark") == 4
 
@@ -71,7 +71,7 @@ def test_output_written_by_the_workers_and_output_collected_by_the_driver_make_t
     paths = generate(landing, GeneratorConfig(events=1500, streams=40, batches=4, seed=11))
     stores = {}
     for shared in (True, False):
-        monkeypatch.setattr(project, "files_shared", lambda spark, scratch_set, shared=shared: shared)
+        monkeypatch.setattr(spark_pass, "files_shared", lambda spark, scratch_set, shared=shared: shared)
         home = fresh_home(tmp_path, f"shared-{shared}")
         for i, path in enumerate(paths):
             (home.landing / path.name).write_bytes(path.read_bytes())
@@ -88,9 +88,9 @@ def test_the_walk_gets_empty_lists_where_its_input_has_none(spark):
     frame = spark.createDataFrame(
         [("a", None, [1, 2], None), ("b", [{"x": 1}], None, "t")],
         "stream_id string, skipped array<struct<x:bigint>>, seqs array<bigint>, name string")
-    rows = project._no_null_lists(frame).orderBy("stream_id").collect()
+    rows = spark_pass._no_null_lists(frame).orderBy("stream_id").collect()
     assert [r.asDict(recursive=True) for r in rows] == [
         {"stream_id": "a", "skipped": [], "seqs": [1, 2], "name": None},
         {"stream_id": "b", "skipped": [{"x": 1}], "seqs": [], "name": "t"}]
-    assert [(f.name, f.dataType) for f in project._no_null_lists(frame).schema] == [
+    assert [(f.name, f.dataType) for f in spark_pass._no_null_lists(frame).schema] == [
         (f.name, f.dataType) for f in frame.schema]

@@ -13,7 +13,7 @@ from pipelines.engine.ingest import ingest_landing, record_entry
 from pipelines.engine.normalise import SourceMapping
 from pipelines.engine.planning import (DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, SKETCH_SIZE, SKETCH_SQL, PassBounds,
                                 PlannedEntry, StreamSketch, cut_passes)
-from pipelines.engine.project import plan_passes
+from pipelines.engine.planning import plan_passes
 from pipelines.store.database import Home, Store
 from tests.builders import dep, opened
 from tests.domains import BANK_VIEWS

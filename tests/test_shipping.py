@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.engine.project import TooMuchToShip, check_shipped, pass_folder, ship_limit_bytes, shipped_bytes
+from pipelines.engine.inputs import pass_folder
+from pipelines.engine.spark_pass import TooMuchToShip, check_shipped, ship_limit_bytes, shipped_bytes
 from pipelines.store.database import Home
 
 

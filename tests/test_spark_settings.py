@@ -53,7 +53,7 @@ def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
     path = sp.ship_code(remote)
     assert sp.ship_code(remote) == path and added == [str(path)]
     names = zipfile.ZipFile(path).namelist()
-    assert "pipelines/engine/project.py" in names and "views/accounts.py" in names
+    assert "pipelines/engine/executor.py" in names and "views/accounts.py" in names
     local = SimpleNamespace(sparkContext=Context(master="local[*]", addPyFile=added.append))
     assert sp.ship_code(local) is None and len(added) == 1
     monkeypatch.setenv("INORDER_SHIP_CODE", "0")
@@ -72,7 +72,7 @@ def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("INORDER_VIEWS", "carrier.views")
     names = zipfile.ZipFile(sp.code_zip()).namelist()
-    assert {"pipelines/engine/project.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
+    assert {"pipelines/engine/executor.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
     assert "views/accounts.py" not in names  # the bank's views are not this deployment's
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import pipelines.engine.project
+import pipelines.engine.spark_pass
 from pipelines.store.layout import Layout
 from pipelines.store.rebuild import prepare_shadow
 from pipelines.registry import load_views
@@ -256,7 +256,7 @@ def test_runs_go_on_during_the_replay_and_the_rebuild_catches_up_before_the_swap
     for hour, batch in enumerate(batches[:2]):
         land_and_run(spark, home, shop_views(""), batch, hour)
     changed = shop_views("table")
-    real = pipelines.engine.project._order_and_apply_in_spark
+    real = pipelines.engine.spark_pass._order_and_apply_in_spark
     during: list = []
 
     def replay_with_a_run_beside_it(*args, **kwargs):
@@ -265,7 +265,7 @@ def test_runs_go_on_during_the_replay_and_the_rebuild_catches_up_before_the_swap
             during.append(land_and_run(spark, home, changed, batches[2], 2))
         return out
 
-    monkeypatch.setattr(pipelines.engine.project, "_order_and_apply_in_spark", replay_with_a_run_beside_it)
+    monkeypatch.setattr(pipelines.engine.spark_pass, "_order_and_apply_in_spark", replay_with_a_run_beside_it)
     stats = rebuild(spark, home, changed, changed[-1])
     (beside,) = during
     assert [r.batch_id for r in beside.ingested] == [batches[2].stem]

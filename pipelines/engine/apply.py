@@ -12,7 +12,11 @@ from typing import Any, Callable, Iterable
 
 from pipelines import faults
 from pipelines.faults import crash_point
+from pipelines.store.database import Outcome
 from pipelines.view import Event, Table, View
+
+# what `apply` returns: outcomes as plain strings (the walk counts by them per message)
+APPLIED, IGNORED, HANDLER_ERROR = Outcome.APPLIED.value, Outcome.IGNORED.value, Outcome.HANDLER_ERROR.value
 
 _MISSING = object()
 _NUMBERS = frozenset((int, float, Decimal))  # exact classes: bool is not a number here
@@ -197,20 +201,20 @@ class StreamApplier:
         self.tables = Tables(members)
 
     def apply(self, event: Event) -> tuple[str, BaseException | None]:
-        """Returns ("applied" | "ignored" | "handler_error", the exception if any)."""
+        """Returns (APPLIED | IGNORED | HANDLER_ERROR, the exception if any)."""
         handler = self.handlers.get(event.event_type)
         try:
             if handler is None or (self.predicate is not None and not self.predicate(event)):
-                return "ignored", None
+                return IGNORED, None
             handler(event, self.tables)
         except Exception as exc:  # a handler's failure is data, never a crash of the run
             self._rollback()
             crash_point("apply.handler_error")
-            return "handler_error", exc
+            return HANDLER_ERROR, exc
         self.journal.clear()
         if faults.ARMED:
             crash_point("apply.applied")
-        return "applied", None
+        return APPLIED, None
 
     def _rollback(self) -> None:
         while self.journal:

@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from pipelines.faults import crash_point
-from pipelines.engine.project import PassPlan, PassResult
+from pipelines.engine.output import PassResult
+from pipelines.engine.planning import PassPlan
 from pipelines.store.layout import LIVE, Layout
 from pipelines.engine.pass_data import OutputKind, row_column
-from pipelines.store.database import OUTCOME_COLUMNS, Store
+from pipelines.store.database import COUNTED, OUTCOME_COLUMNS, Outcome, Store
 from pipelines.store.versions import record_projection
 from pipelines.view import Table, View
 
@@ -64,7 +65,8 @@ def _write_view_tables(store: Store, view: View, layout: Layout) -> None:
 
 # the ledger's columns (docs/STORE.md), in the order `_ledger_rows` gives them
 LEDGER_COLUMNS = ("batch_id", "view", "entry_idx", "kind", "received_at", "records", "malformed", "normalised",
-                  "selected", "unrouted", *OUTCOME_COLUMNS, "pending", "gaps_skipped", "committed_at")
+                  Outcome.SELECTED.value, "unrouted", *OUTCOME_COLUMNS, "pending", Outcome.GAPS_SKIPPED.value,
+                  "committed_at")
 
 
 def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str], layout: Layout) -> list[list]:
@@ -87,13 +89,12 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str], layou
     for view, entries in plan.by_view.items():
         pending = pending_before.get(view, 0)
         for entry in entries:
-            c = {name: counts.get((view, entry.entry_idx, name), 0)
-                 for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")}
-            pending += c["selected"] - sum(c[name] for name in OUTCOME_COLUMNS)
+            c = {name: counts.get((view, entry.entry_idx, name), 0) for name in COUNTED}
+            pending += c[Outcome.SELECTED] - sum(c[name] for name in OUTCOME_COLUMNS)
             received_at, records, malformed, normalised = info[entry.entry_idx]
             rows.append([entry.batch_id, view, entry.entry_idx, entry.kind, received_at, records, malformed,
-                         normalised, c["selected"], unrouted.get(entry.entry_idx, 0),
-                         *(c[name] for name in OUTCOME_COLUMNS), pending, c["gaps_skipped"], now])
+                         normalised, c[Outcome.SELECTED], unrouted.get(entry.entry_idx, 0),
+                         *(c[name] for name in OUTCOME_COLUMNS), pending, c[Outcome.GAPS_SKIPPED], now])
     return rows
 
 
@@ -120,53 +121,10 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, subscribed_type
     con = store.con
     ledger = _ledger_rows(store, plan, subscribed_types, layout)
     state = layout.state
-    watermark, pending, error, gap = (f"'{k.value}'" for k in (OutputKind.WATERMARK, OutputKind.PENDING,
-                                                               OutputKind.ERROR, OutputKind.GAP))
     with store.transaction():
-        # keep the previous last_seq beside the new one, so a check can prove watermarks never move back
-        con.execute(f"""
-            CREATE OR REPLACE TEMP TABLE pass_prev AS
-            SELECT w.rowid AS row_id, w.view, w.stream_id, w.last_seq FROM {state}.watermarks w
-            JOIN pass_out o ON o.kind = {watermark} AND o.view = w.view AND o.stream_id = w.stream_id""")
-        crash_point("commit.begun")
-        # by rowid, found in this transaction: no second scan of the whole table
-        con.execute(f"DELETE FROM {state}.watermarks WHERE rowid IN (SELECT t.row_id FROM pass_prev t)")
-        con.execute(f"""
-            INSERT INTO {state}.watermarks (view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked,
-                                            pending_count, updated_entry, prev_last_seq, attempts)
-            SELECT o.view, o.stream_id, o.stream_type, o.last_seq, o.blocked_at, o.blocked_since, o.parked,
-                   o.pending_count, o.entry_idx, p.last_seq, o.attempts
-            FROM pass_out o LEFT JOIN pass_prev p ON p.view = o.view AND p.stream_id = o.stream_id
-            WHERE o.kind = {watermark}""")
-        crash_point("commit.watermarks")
-        con.execute(f"""
-            DELETE FROM {state}.pending p USING (SELECT o.view, o.stream_id FROM pass_out o WHERE o.kind = {watermark}) t
-            WHERE p.view = t.view AND p.stream_id = t.stream_id""")
-        con.execute(f"""
-            INSERT INTO {state}.pending (view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id,
-                                         batch_id, line, entry_idx)
-            SELECT o.view, o.stream_id, o.seq, o.stream_type, o.event_type, o.payload, o.occurred_at, o.event_id,
-                   o.batch_id, o.line, o.msg_entry_idx
-            FROM pass_out o WHERE o.kind = {pending}""")
-        crash_point("commit.pending")
-        con.execute(f"""
-            INSERT INTO {state}.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
-                                        batch_id, line, reason, exception_type, message, traceback, logged_at,
-                                        entry_idx, error_class, attempt)
-            SELECT o.view, o.stream_id, o.seq, o.name, o.event_type, o.payload, o.occurred_at, o.event_id, o.batch_id,
-                   o.line, o.reason, o.exception_type, o.message, o.traceback, o.logged_at, o.entry_idx,
-                   o.error_class, o.attempt
-            FROM pass_out o WHERE o.kind = {error}
-            ORDER BY o.entry_idx, o.view, o.stream_id, o.seq, o.line""")
-        crash_point("commit.errors")
-        con.execute(f"""
-            INSERT INTO {state}.gaps (view, stream_id, first_missing, last_missing, waited_seconds, reason, batch_id,
-                                      skipped_at, entry_idx)
-            SELECT o.view, o.stream_id, o.first_missing, o.last_missing, o.waited_us / 1e6, o.name, o.batch_id,
-                   o.skipped_at, o.entry_idx
-            FROM pass_out o WHERE o.kind = {gap}
-            ORDER BY o.entry_idx, o.view, o.stream_id, o.first_missing""")
-        crash_point("commit.gaps")
+        _commit_watermarks(con, state)
+        _commit_pending(con, state)
+        _commit_errors_and_gaps(con, state)
         for view in views:
             if view.name in plan.by_view:
                 _write_view_tables(store, view, layout)
@@ -177,3 +135,61 @@ def commit_pass(store: Store, views: list[View], plan: PassPlan, subscribed_type
         record_projection(con, views, {name: (entries[0].entry_idx, entries[0].batch_id)
                                        for name, entries in plan.by_view.items()}, layout)
 
+
+def _commit_watermarks(con, state: str) -> None:
+    """The walked streams' watermarks, each with its previous last_seq beside the new one, so a check can
+    prove watermarks never move back."""
+    watermark = f"'{OutputKind.WATERMARK.value}'"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE pass_prev AS
+        SELECT w.rowid AS row_id, w.view, w.stream_id, w.last_seq FROM {state}.watermarks w
+        JOIN pass_out o ON o.kind = {watermark} AND o.view = w.view AND o.stream_id = w.stream_id""")
+    crash_point("commit.begun")
+    # by rowid, found in this transaction: no second scan of the whole table
+    con.execute(f"DELETE FROM {state}.watermarks WHERE rowid IN (SELECT t.row_id FROM pass_prev t)")
+    con.execute(f"""
+        INSERT INTO {state}.watermarks (view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked,
+                                        pending_count, updated_entry, prev_last_seq, attempts)
+        SELECT o.view, o.stream_id, o.stream_type, o.last_seq, o.blocked_at, o.blocked_since, o.parked,
+               o.pending_count, o.entry_idx, p.last_seq, o.attempts
+        FROM pass_out o LEFT JOIN pass_prev p ON p.view = o.view AND p.stream_id = o.stream_id
+        WHERE o.kind = {watermark}""")
+    crash_point("commit.watermarks")
+
+
+def _commit_pending(con, state: str) -> None:
+    """The walked streams' buffers, replaced by what the walk left buffered."""
+    watermark, pending = (f"'{k.value}'" for k in (OutputKind.WATERMARK, OutputKind.PENDING))
+    con.execute(f"""
+        DELETE FROM {state}.pending p USING (SELECT o.view, o.stream_id FROM pass_out o WHERE o.kind = {watermark}) t
+        WHERE p.view = t.view AND p.stream_id = t.stream_id""")
+    con.execute(f"""
+        INSERT INTO {state}.pending (view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id,
+                                     batch_id, line, entry_idx)
+        SELECT o.view, o.stream_id, o.seq, o.stream_type, o.event_type, o.payload, o.occurred_at, o.event_id,
+               o.batch_id, o.line, o.msg_entry_idx
+        FROM pass_out o WHERE o.kind = {pending}""")
+    crash_point("commit.pending")
+
+
+def _commit_errors_and_gaps(con, state: str) -> None:
+    """The pass's error records and skipped gap ranges, in entry order."""
+    error, gap = (f"'{k.value}'" for k in (OutputKind.ERROR, OutputKind.GAP))
+    con.execute(f"""
+        INSERT INTO {state}.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
+                                    batch_id, line, reason, exception_type, message, traceback, logged_at,
+                                    entry_idx, error_class, attempt)
+        SELECT o.view, o.stream_id, o.seq, o.name, o.event_type, o.payload, o.occurred_at, o.event_id, o.batch_id,
+               o.line, o.reason, o.exception_type, o.message, o.traceback, o.logged_at, o.entry_idx,
+               o.error_class, o.attempt
+        FROM pass_out o WHERE o.kind = {error}
+        ORDER BY o.entry_idx, o.view, o.stream_id, o.seq, o.line""")
+    crash_point("commit.errors")
+    con.execute(f"""
+        INSERT INTO {state}.gaps (view, stream_id, first_missing, last_missing, waited_seconds, reason, batch_id,
+                                  skipped_at, entry_idx)
+        SELECT o.view, o.stream_id, o.first_missing, o.last_missing, o.waited_us / 1e6, o.name, o.batch_id,
+               o.skipped_at, o.entry_idx
+        FROM pass_out o WHERE o.kind = {gap}
+        ORDER BY o.entry_idx, o.view, o.stream_id, o.first_missing""")
+    crash_point("commit.gaps")

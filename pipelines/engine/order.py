@@ -11,12 +11,19 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from pipelines import faults
-from pipelines.engine.apply import StreamApplier, describe_exception
+from pipelines.engine.apply import APPLIED, HANDLER_ERROR, IGNORED, StreamApplier, describe_exception
 from pipelines.faults import crash_point
 from pipelines.message import Event, Message
 from pipelines.engine.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
                                  WatermarkRecord)
+from pipelines.store.database import Outcome
 from pipelines.view import Reject, View
+
+# the walk's counts besides a handler's outcomes (pipelines/engine/apply.py), as plain strings; a late or
+# conflicting message's error record is of the kind its count is named
+SELECTED, DUPLICATE, LATE, CONFLICT, GAPS_SKIPPED = (o.value for o in (
+    Outcome.SELECTED, Outcome.DUPLICATE, Outcome.LATE, Outcome.CONFLICT, Outcome.GAPS_SKIPPED))
+OPERATOR_KINDS = ("retry", "skip")  # the entries an operator records for one stream
 
 
 class NotParked(ValueError):
@@ -89,45 +96,112 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
     `pending_msgs` are buffered messages from earlier passes; `new_msgs` are this pass's messages
     for the stream, sorted by (entry_idx, line).
     """
-    name = view.name
-    pending: dict[int, Message] = {m.seq: m for m in pending_msgs}
-    by_entry: dict[int, list[Message]] = {}
-    if new_msgs and new_msgs[0].entry_idx == new_msgs[-1].entry_idx:  # sorted by entry: all from one entry
-        by_entry[new_msgs[0].entry_idx] = new_msgs
-    else:
-        for m in new_msgs:
-            by_entry.setdefault(m.entry_idx, []).append(m)
     if state.stream_type is None:
         first = pending_msgs or new_msgs
         if not first:  # an operator entry for a stream this view never saw: nothing to do
             return
         state.stream_type = first[0].stream_type
-    applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
-    apply = applier.apply
-    gap_timeout_us = view.gap_timeout_us
-    last_entry = 0
+    StreamWalk(view, stream_id, state, pending_msgs, out, aggregate_sums).run(_by_entry(new_msgs), entries)
 
-    def walk(entry: PassEntry) -> None:
+
+def _by_entry(new_msgs: list[Message]) -> dict[int, list[Message]]:
+    """The pass's messages of the stream by entry (they come sorted by entry and line)."""
+    if new_msgs and new_msgs[0].entry_idx == new_msgs[-1].entry_idx:  # the usual case: all from one entry
+        return {new_msgs[0].entry_idx: new_msgs}
+    by_entry: dict[int, list[Message]] = {}
+    for m in new_msgs:
+        by_entry.setdefault(m.entry_idx, []).append(m)
+    return by_entry
+
+
+class StreamWalk:
+    """One (view, stream) through the entries of a pass, a step a method: each entry's messages are
+    received (`receive`: duplicates, late, conflicts; the others buffered by seq), an operator's retry or
+    skip unparks the stream (`operator_action`), the buffer is applied in seq order as far as it goes
+    and gaps whose timer fired or that hold too much are skipped (`advance`); then the stream's
+    watermark, buffer and rows are emitted (`finish`). The methods take the hot attributes as locals."""
+
+    __slots__ = ("view", "name", "stream_id", "state", "out", "pending", "applier", "last_entry")
+
+    def __init__(self, view: View, stream_id: str, state: StreamState, pending_msgs: list[Message],
+                 out: PassOutput, aggregate_sums: dict[str, dict]) -> None:
+        self.view, self.name, self.stream_id, self.state, self.out = view, view.name, stream_id, state, out
+        self.pending: dict[int, Message] = {m.seq: m for m in pending_msgs}
+        self.applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
+        self.last_entry = 0
+
+    def run(self, by_entry: dict[int, list[Message]], entries: list[PassEntry]) -> None:
+        state, stream_id = self.state, self.stream_id
+        for entry in entries:
+            arrived = by_entry.get(entry.entry_idx)
+            operator = entry.kind in OPERATOR_KINDS
+            if operator and entry.target_stream != stream_id:
+                continue  # an operator action concerns one stream only
+            if arrived is None and not self.pending and not operator:
+                continue
+            self.last_entry = entry.entry_idx
+            if arrived:
+                self.receive(entry, arrived)
+            if operator and state.parked:
+                self.operator_action(entry)
+            if not state.parked:
+                self.advance(entry)  # skipped ranges are appended in increasing seq order: `skipped` stays sorted
+        self.finish()
+
+    def receive(self, entry: PassEntry, arrived: list[Message]) -> None:
+        """Count the entry's messages as selected, and buffer each by its seq unless it is a duplicate (of
+        an applied or a buffered message), late (its gap was skipped) or a conflict (a buffered seq with
+        another content)."""
+        name, stream_id, state, pending, out = self.name, self.stream_id, self.state, self.pending, self.out
+        entry_idx = entry.entry_idx
+        out.count(name, entry_idx, SELECTED, len(arrived))
+        for msg in arrived:
+            seq = msg.seq
+            if seq <= state.last_seq:
+                if _in_skipped(state.skipped, seq):
+                    out.count(name, entry_idx, LATE)
+                    out.errors.append(ErrorRecord(name, stream_id, entry_idx, LATE, msg,
+                                                  f"seq {seq} arrived after its gap was skipped", entry.t_us))
+                else:
+                    out.count(name, entry_idx, DUPLICATE)
+                continue
+            first = pending.get(seq)
+            if first is None:
+                pending[seq] = msg
+                if faults.ARMED:
+                    crash_point("order.candidate")
+            elif first.content == msg.content:
+                out.count(name, entry_idx, DUPLICATE)
+            else:
+                out.count(name, entry_idx, CONFLICT)
+                out.errors.append(ErrorRecord(name, stream_id, entry_idx, CONFLICT, msg,
+                                              f"seq {seq} differs from the first received "
+                                              f"(batch {first.batch_id}, line {first.line})", entry.t_us))
+
+    def operator_action(self, entry: PassEntry) -> None:
+        """A retry or a skip of the parked stream unparks it; a skip drops its parked message (counted as
+        the handler_error it was)."""
+        state = self.state
+        state.parked = False
+        if entry.kind == "skip":
+            dropped = self.pending.pop(state.last_seq + 1)
+            self.out.count(self.name, entry.entry_idx, HANDLER_ERROR)
+            state.last_seq, state.attempts = dropped.seq, 0
+
+    def advance(self, entry: PassEntry) -> None:
+        """Apply the buffered messages in seq order from the watermark on, until a handler parks the
+        stream or a seq is missing; a missing range whose timer fired (or with more buffered than
+        max_pending behind it) is skipped, and the walk goes on after it."""
+        state, pending, apply, stream_id = self.state, self.pending, self.applier.apply, self.stream_id
+        gap_timeout_us, max_pending = self.view.gap_timeout_us, self.view.max_pending
         nxt = state.last_seq + 1
-        done = {"applied": 0, "ignored": 0, "handler_error": 0}
+        done = {APPLIED: 0, IGNORED: 0, HANDLER_ERROR: 0}
         while True:
             msg = pending.get(nxt)
             if msg is not None:
                 outcome, exc = apply(Event(stream_id, msg))
-                if exc is not None:
-                    rejected = isinstance(exc, Reject)
-                    policy = view.on_error if rejected else view.on_bug
-                    attempt = (state.attempts if nxt == state.last_seq + 1 else 0) + 1
-                    exc_type, message, trace = describe_exception(exc)
-                    error = ErrorRecord(name, stream_id, entry.entry_idx, "handler_error", msg,
-                                        f"{exc_type}: {message}", entry.t_us, exc_type, message, trace,
-                                        "reject" if rejected else "bug", attempt)
-                    out.errors.append(error)
-                    if policy != "skip":  # the message stays buffered: an operator decides (or the run fails)
-                        if policy == "fail":
-                            out.fatal.append(HandlerBug(name, stream_id, msg.seq, entry.entry_idx, error.reason))
-                        state.parked, state.attempts = True, attempt
-                        break
+                if exc is not None and self._handler_failed(entry, msg, nxt, exc):
+                    break  # the message stays buffered: an operator decides (or the run fails)
                 done[outcome] += 1
                 del pending[nxt]
                 nxt += 1
@@ -140,17 +214,11 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
             waited = entry.t_us - state.blocked_since_us
             if waited >= gap_timeout_us:
                 reason = "timeout"
-            elif len(pending) > view.max_pending:
+            elif len(pending) > max_pending:
                 reason = "capacity"
             else:
                 break
-            first_waiting = min(pending)
-            out.gaps.append(GapRecord(name, stream_id, entry.entry_idx, reason, nxt, first_waiting - 1, waited,
-                                      entry.batch_id, entry.t_us))
-            out.count(name, entry.entry_idx, "gaps_skipped")
-            crash_point("order.gap_skipped")
-            state.skipped.append((nxt, first_waiting - 1))
-            nxt = first_waiting
+            nxt = self._skip_gap(entry, nxt, reason, waited)
         state.last_seq = nxt - 1
         if state.parked:
             state.blocked_at = state.blocked_since_us = None
@@ -158,59 +226,50 @@ def walk_stream(view: View, stream_id: str, state: StreamState, pending_msgs: li
             state.attempts = 0
         for outcome, n in done.items():
             if n:
-                out.count(name, entry.entry_idx, outcome, n)
+                self.out.count(self.name, entry.entry_idx, outcome, n)
 
-    for entry in entries:
-        arrived = by_entry.get(entry.entry_idx)
-        operator = entry.kind in ("retry", "skip")
-        if operator and entry.target_stream != stream_id:
-            continue  # an operator action concerns one stream only
-        if arrived is None and not pending and not operator:
-            continue
-        last_entry = entry.entry_idx
-        if arrived:
-            out.count(name, entry.entry_idx, "selected", len(arrived))
-        for msg in arrived or ():
-            seq = msg.seq
-            if seq <= state.last_seq:
-                if _in_skipped(state.skipped, seq):
-                    out.count(name, entry.entry_idx, "late")
-                    out.errors.append(ErrorRecord(name, stream_id, entry.entry_idx, "late", msg,
-                                                  f"seq {seq} arrived after its gap was skipped", entry.t_us))
-                else:
-                    out.count(name, entry.entry_idx, "duplicate")
-                continue
-            first = pending.get(seq)
-            if first is None:
-                pending[seq] = msg
-                if faults.ARMED:
-                    crash_point("order.candidate")
-            elif first.content == msg.content:
-                out.count(name, entry.entry_idx, "duplicate")
-            else:
-                out.count(name, entry.entry_idx, "conflict")
-                out.errors.append(ErrorRecord(name, stream_id, entry.entry_idx, "conflict", msg,
-                                              f"seq {seq} differs from the first received "
-                                              f"(batch {first.batch_id}, line {first.line})", entry.t_us))
-        if operator and state.parked:
-            state.parked = False
-            if entry.kind == "skip":
-                dropped = pending.pop(state.last_seq + 1)
-                out.count(name, entry.entry_idx, "handler_error")
-                state.last_seq, state.attempts = dropped.seq, 0
-        if not state.parked:
-            walk(entry)  # skipped ranges are appended in increasing seq order: `skipped` stays sorted
+    def _handler_failed(self, entry: PassEntry, msg: Message, nxt: int, exc: BaseException) -> bool:
+        """Record a handler's failure on `msg`; whether the stream parks on it (its view's policy is not "skip")."""
+        state, view, name = self.state, self.view, self.name
+        rejected = isinstance(exc, Reject)
+        policy = view.on_error if rejected else view.on_bug
+        attempt = (state.attempts if nxt == state.last_seq + 1 else 0) + 1
+        exc_type, message, trace = describe_exception(exc)
+        error = ErrorRecord(name, self.stream_id, entry.entry_idx, HANDLER_ERROR, msg, f"{exc_type}: {message}",
+                            entry.t_us, exc_type, message, trace, "reject" if rejected else "bug", attempt)
+        self.out.errors.append(error)
+        if policy == "skip":
+            return False
+        if policy == "fail":
+            self.out.fatal.append(HandlerBug(name, self.stream_id, msg.seq, entry.entry_idx, error.reason))
+        state.parked, state.attempts = True, attempt
+        return True
 
-    out.watermarks.append(WatermarkRecord(name, stream_id, last_entry, state.stream_type, state.last_seq,
-                                          state.blocked_at, state.blocked_since_us, state.parked, len(pending),
-                                          state.attempts))
-    if pending:
-        out.pending.extend(PendingRecord(name, stream_id, msg) for msg in sorted(pending.values()))
-    if faults.ARMED:
-        crash_point("order.stream_walked")
-    for table in view.tables:
-        member = applier.members[table.name]
-        if table.kind == "keyed":
-            out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, list(member.rows.values())))
-        elif table.kind == "append" and member.appended:
-            out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, member.appended))
+    def _skip_gap(self, entry: PassEntry, nxt: int, reason: str, waited: int) -> int:
+        """Log the missing range from `nxt` to the first buffered seq as skipped; returns that seq."""
+        name, out = self.name, self.out
+        first_waiting = min(self.pending)
+        out.gaps.append(GapRecord(name, self.stream_id, entry.entry_idx, reason, nxt, first_waiting - 1, waited,
+                                  entry.batch_id, entry.t_us))
+        out.count(name, entry.entry_idx, GAPS_SKIPPED)
+        crash_point("order.gap_skipped")
+        self.state.skipped.append((nxt, first_waiting - 1))
+        return first_waiting
+
+    def finish(self) -> None:
+        """Emit the stream's watermark, its buffer, and its keyed rows and appended rows."""
+        name, stream_id, state, pending, out, last_entry = (self.name, self.stream_id, self.state, self.pending,
+                                                            self.out, self.last_entry)
+        out.watermarks.append(WatermarkRecord(name, stream_id, last_entry, state.stream_type, state.last_seq,
+                                              state.blocked_at, state.blocked_since_us, state.parked, len(pending),
+                                              state.attempts))
+        if pending:
+            out.pending.extend(PendingRecord(name, stream_id, msg) for msg in sorted(pending.values()))
+        if faults.ARMED:
+            crash_point("order.stream_walked")
+        for table in self.view.tables:
+            member = self.applier.members[table.name]
+            if table.kind == "keyed":
+                out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, list(member.rows.values())))
+            elif table.kind == "append" and member.appended:
+                out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, member.appended))

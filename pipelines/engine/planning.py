@@ -21,6 +21,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from pipelines.engine.order import PassEntry
+from pipelines.store.database import Store, us_from_utc
+from pipelines.store.layout import LIVE, Layout
+from pipelines.view import View
+
 SKETCH_SIZE = 256  # hashes kept per sketch: estimates within about 1/sqrt(256) = 6 %
 DEFAULT_MAX_RECORDS = 6_000_000
 DEFAULT_MAX_PAIRS = 4_000_000
@@ -134,3 +139,95 @@ def cut_passes(entries: Sequence[PlannedEntry], bounds: PassBounds) -> list[Plan
         current.records += entry.records
         current.streams = streams
     return passes
+
+
+@dataclass
+class PassPlan:
+    """The entries of one pass, and which of them each view still has to project."""
+
+    entries: list[dict]  # ingest_log rows, in order
+    by_view: dict[str, list[PassEntry]] = field(default_factory=dict)
+    # (entry_idx, stream_type) -> messages archived for it, filled by `load_inputs` (for the ledger's
+    # unrouted count, after the store was let go during the Spark work)
+    message_counts: dict[tuple[int, str], int] = field(default_factory=dict)
+    pairs: int = 0  # the (view, stream) pairs its entries bring, as planned (pipelines/engine/planning.py)
+    over_bounds: bool = False  # one entry that alone exceeds the pass bounds
+
+    @property
+    def view_entries(self) -> list[tuple[str, int]]:
+        return [(v, e.entry_idx) for v, es in self.by_view.items() for e in es]
+
+
+def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None = None,
+                layout: Layout = LIVE) -> list[PassPlan]:
+    """Uncommitted entries per view, in ingest order, cut into passes within `bounds` (default: from
+    the environment, `PassBounds.from_env`) by their records and the (view, stream) pairs they bring
+    (pipelines/engine/planning.py). Not counted: the buffered streams a pass walks only because a gap timer is
+    due or a buffer is over max_pending."""
+    views = list(views)
+    rows = _uncommitted(store, [v.name for v in views], layout)
+    sketches: dict[int, dict[str, StreamSketch]] = {}
+    # a store made before ingest_streams, opened read-only (the tick schedule's plan) has no such table
+    recorded = store.con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'inorder' "
+                                 "AND table_name = 'ingest_streams'").fetchone()[0]
+    batch_streams = store.con.execute(
+        "SELECT entry_idx, stream_type, streams, sketch FROM inorder.ingest_streams WHERE list_contains(?, entry_idx)",
+        [[r[0] for r in rows if r[2] == "batch"]]).fetchall() if recorded else []
+    for entry_idx, stream_type, streams, sketch in batch_streams:
+        sketches.setdefault(entry_idx, {})[stream_type] = StreamSketch.recorded(sketch, streams)
+    subscribes = {v.name: v.subscribes for v in views}
+    planned = [PlannedEntry(entry_idx, normalised or 0, _entry_streams(
+        kind, normalised or 0, sketches.get(entry_idx), {view: subscribes[view] for view in todo}))
+        for entry_idx, _, kind, _, normalised, _, _, todo in rows]
+    by_idx = {r[0]: r for r in rows}
+    bounds = bounds or PassBounds.from_env()
+    passes = []
+    for cut in cut_passes(planned, bounds):
+        plan = PassPlan([], pairs=cut.pairs, over_bounds=cut.over(bounds))
+        for planned_entry in cut.entries:
+            entry_idx, batch_id, kind, received_at, _, target_view, target_stream, todo = by_idx[planned_entry.entry_idx]
+            plan.entries.append({"entry_idx": entry_idx, "batch_id": batch_id, "kind": kind,
+                                 "target_view": target_view, "target_stream": target_stream})
+            entry = PassEntry(entry_idx, batch_id, kind, us_from_utc(received_at), target_stream)
+            for view in todo:
+                plan.by_view.setdefault(view, []).append(entry)
+        passes.append(plan)
+    return passes
+
+
+def _uncommitted(store: Store, names: list[str], layout: Layout) -> list[tuple]:
+    """The archived entries some of the views `names` have not committed, in ingest order: (entry_idx,
+    batch_id, kind, received_at, normalised, target_view, target_stream, the views that have it to do)."""
+    return store.con.execute(
+        f"""SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
+                  list(v.view ORDER BY v.view) AS todo
+           FROM inorder.ingest_log l CROSS JOIN unnest(?::VARCHAR[]) AS v(view)
+           WHERE l.status = 'archived'
+             AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = v.view)
+             AND NOT EXISTS (SELECT 1 FROM {layout.state}.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
+           GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
+
+
+def views_waiting(store: Store, views: Iterable[View]) -> set[str]:
+    """The views that have an archived entry other than a tick not committed yet (what `plan_passes` would
+    give them to project), without cutting passes: a run's plan asks only this."""
+    return {view for _, _, kind, *_, todo in _uncommitted(store, [v.name for v in views], LIVE) if kind != "tick"
+            for view in todo}
+
+
+def _entry_streams(kind: str, records: int, by_type: dict[str, StreamSketch] | None,
+                   subscribes: dict[str, tuple[str, ...]]) -> dict[str, StreamSketch]:
+    """The streams an entry brings to each view that has it to do: a batch's streams of the types the
+    view subscribes to (a batch of a store made before sketches were recorded: at most one per record),
+    the target stream of an operator's action, none for a tick."""
+    if kind in ("retry", "skip"):
+        return {view: StreamSketch(unsketched=1) for view in subscribes}
+    if kind != "batch" or not records:
+        return {}
+    if by_type is None:
+        return {view: StreamSketch(unsketched=records) for view in subscribes}
+    out = {}
+    for view, types in subscribes.items():
+        for sketch in (by_type[t] for t in types if t in by_type):
+            out[view] = out[view].union(sketch) if view in out else sketch
+    return out

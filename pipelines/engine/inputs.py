@@ -1,0 +1,169 @@
+"""A pass's inputs: the driver's DuckDB finds the (view, stream) pairs the pass touches and writes their
+state and buffers to one typed Parquet file in the pass's scratch folder (docs/STORE.md, "The pass")."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+from pipelines.engine.ingest import archive_path
+from pipelines.engine.pass_data import InputKind, row_column
+from pipelines.engine.planning import PassPlan
+from pipelines.engine.routing import subscriptions
+from pipelines.store.database import Home, Store
+from pipelines.store.layout import LIVE, Layout
+from pipelines.view import View
+
+INPUTS_FILE = "inputs.parquet"  # the touched state and buffers, in the pass's scratch folder
+
+
+# The buffered streams (watermark w, view limits l) the entry at l.t_us must walk even without new
+# messages: a gap timer due, or a buffer over max_pending; the others would walk to the state they have.
+# Found by a filter on the watermarks (pending_count > 0, which DuckDB's row-group statistics skip on),
+# not by a scan of the pending messages joined to every watermark.
+DUE_BUFFERS = """
+    SELECT w.view, w.stream_id FROM {state}.watermarks w JOIN {limits} ON l.view = w.view
+    WHERE w.pending_count > 0 AND NOT w.parked
+      AND (w.blocked_since IS NULL OR epoch_us(w.blocked_since) + l.gap_timeout_us <= l.t_us
+           OR w.pending_count > l.max_pending)"""
+
+
+def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
+    """The views that have a buffered stream a tick at `t_us` would walk (the tick schedule asks)."""
+    limits = [(v.name, t_us, v.gap_timeout_us, v.max_pending) for v in views]
+    if not limits:
+        return []
+    values = ", ".join("(?, ?, ?, ?)" for _ in limits)
+    due = DUE_BUFFERS.format(state=LIVE.state, limits=f"(VALUES {values}) l(view, t_us, gap_timeout_us, max_pending)")
+    return [r[0] for r in con.execute(f"SELECT DISTINCT d.view FROM ({due}) d ORDER BY 1",
+                                      [x for row in limits for x in row]).fetchall()]
+
+
+def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, layout: Layout = LIVE
+                ) -> tuple[Path | None, list[str]]:
+    """The STATE and PENDING rows of every (view, stream) the pass touches, as a Parquet file in the pass's
+    scratch folder (None: there are none), and the archive files to read."""
+    files = [str(archive_path(home, e["entry_idx"])) for e in plan.entries if e["kind"] == "batch"]
+    _record_todo(store.con, views, plan)
+    plan.message_counts = _scan_messages(store.con, files)
+    _find_streams(store.con, views, plan, layout)
+    _find_watermarks_and_gaps(store.con, layout)
+    return _write_inputs(store.con, home, views, plan, layout), files
+
+
+def _record_todo(con, views: list[View], plan: PassPlan) -> None:
+    """`pass_todo`: the (view, entry) pairs of the pass; `pass_subs`: the stream types each view subscribes to."""
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_todo (view VARCHAR, entry_idx BIGINT)")
+    con.executemany("INSERT INTO pass_todo (view, entry_idx) VALUES (?, ?)", plan.view_entries)
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_subs (view VARCHAR, stream_type VARCHAR)")
+    con.executemany("INSERT INTO pass_subs (stream_type, view) VALUES (?, ?)", subscriptions(views))
+
+
+def _scan_messages(con, files: list[str]) -> dict[tuple[int, str], int]:
+    """One scan of the archive (`pass_messages`): which streams the pass touches, and for the ledger, the
+    messages of each (entry, stream type)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_messages "
+                "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT)")
+    if files:
+        con.execute("INSERT INTO pass_messages (entry_idx, stream_type, stream_id, n) "
+                    "SELECT a.entry_idx, a.stream_type, a.stream_id, count(*) FROM read_parquet(?) a "
+                    "GROUP BY a.entry_idx, a.stream_type, a.stream_id", [files])
+    return {(entry_idx, stream_type): int(n) for entry_idx, stream_type, n in con.execute(
+        "SELECT m.entry_idx, m.stream_type, sum(m.n) FROM pass_messages m GROUP BY m.entry_idx, m.stream_type"
+    ).fetchall()}
+
+
+def _find_streams(con, views: list[View], plan: PassPlan, layout: Layout) -> None:
+    """`pass_streams`: the (view, stream) pairs the pass walks.
+
+    A buffered stream that gets no message and no operator action changes only when a gap timer
+    fires or its buffer is over `max_pending`; the others would walk to the same state, so they
+    stay out of the pass (CONCEPTS §7: per-run work follows the batch and the buffers it touches)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_limits "
+                "(view VARCHAR, t_us BIGINT, gap_timeout_us BIGINT, max_pending BIGINT)")
+    con.executemany("INSERT INTO pass_limits (view, t_us, gap_timeout_us, max_pending) VALUES (?, ?, ?, ?)", [
+        (v.name, max(e.t_us for e in plan.by_view[v.name]), v.gap_timeout_us, v.max_pending)
+        for v in views if v.name in plan.by_view])
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE pass_streams AS
+        {DUE_BUFFERS.format(state=layout.state, limits="pass_limits l")}
+        UNION SELECT l.target_view, l.target_stream FROM inorder.ingest_log l
+              JOIN pass_todo t ON t.entry_idx = l.entry_idx AND t.view = l.target_view
+        UNION SELECT t.view, m.stream_id FROM pass_messages m
+              JOIN pass_todo t ON t.entry_idx = m.entry_idx
+              JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
+
+
+def _find_watermarks_and_gaps(con, layout: Layout) -> None:
+    """`pass_watermarks`, `pass_skipped`: the touched streams' watermarks and skipped ranges, found with one
+    scan of each table for all views: the scan grows with the store, so each table is scanned once, on its
+    key columns alone, and the found rows fetched by rowid (a join on the key would read every column of
+    every row)."""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE pass_watermarks AS
+        SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts
+        FROM {layout.state}.watermarks w WHERE w.rowid IN (
+            SELECT k.rowid FROM {layout.state}.watermarks k
+            JOIN pass_streams s ON s.view = k.view AND s.stream_id = k.stream_id)""")
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE pass_skipped AS
+        SELECT g.view, g.stream_id, list(struct_pack(first_missing := g.first_missing, last_missing := g.last_missing)
+                                         ORDER BY g.first_missing, g.last_missing) AS skipped
+        FROM {layout.state}.gaps g JOIN pass_streams s ON s.view = g.view AND s.stream_id = g.stream_id
+        GROUP BY g.view, g.stream_id""")
+
+
+def _write_inputs(con, home: Home, views: list[View], plan: PassPlan, layout: Layout) -> Path | None:
+    """The touched state, typed, written by DuckDB itself where the executors read it (docs/STORE.md,
+    "The pass"); None when it has no row."""
+    scratch = pass_folder(home, layout)
+    shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
+    scratch.mkdir(parents=True)
+    parts = [_state_sql(view, layout) for view in views if view.name in plan.by_view]
+    parts.append(f"""
+        SELECT p.view, p.stream_id, {int(InputKind.PENDING)}::INTEGER AS rec_type, p.entry_idx, p.line, p.seq,
+               p.batch_id, p.event_type, p.payload, p.occurred_at, p.event_id, p.stream_type,
+               NULL::VARCHAR AS views  -- a NEW message's; here so that the file has every input column
+        FROM {layout.state}.pending p JOIN pass_streams s ON s.view = p.view AND s.stream_id = p.stream_id""")
+    inputs = scratch / INPUTS_FILE
+    target = str(inputs).replace("'", "''")
+    (written,) = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO '{target}' (FORMAT parquet)").fetchone()
+    return inputs if written else None
+
+
+def _state_sql(view: View, layout: Layout) -> str:
+    """The STATE rows (pipelines/engine/pass_data.py) of `view`'s streams in `pass_streams`: its watermark and logged
+    gap ranges (`pass_watermarks`, `pass_skipped`), a keyed table's rows and an append table's newest row. A
+    stream with rows but no watermark (rows written outside inorder) has a state too: a keyed table is
+    rewritten per stream."""
+    joins, columns, present = [], [], []
+    for i, table in enumerate(t for t in view.tables if t.kind != "aggregate"):
+        rows, key = f"t{i}", f'r."{table.stream_key}"'
+        row = "struct_pack(" + ", ".join(f'"{c}" := r."{c}"' for c in table.columns) + ")"
+        stored = layout.table(table.name) if table.kind == "keyed" else layout.newest_rows(table.name)
+        source = (f"FROM {stored} r WHERE r.rowid IN (SELECT k.rowid FROM {stored} k JOIN pass_streams s "
+                  f"ON s.view = '{view.name}' AND s.stream_id = k.\"{table.stream_key}\")")  # as pass_watermarks
+        if table.kind == "keyed":
+            order = ", ".join(f'r."{c}"' for c in table.primary_key)
+            sub = f"SELECT {key} AS stream_id, list({row} ORDER BY {order}) AS state {source} GROUP BY {key}"
+        else:  # the newest row, which the engine keeps per stream: no read of the table's history
+            sub = f"SELECT {key} AS stream_id, {row} AS state {source}"
+        joins.append(f"LEFT JOIN ({sub}) {rows} ON {rows}.stream_id = s.stream_id")
+        columns.append(f', {rows}.state AS "{row_column(view.name, table.name)}"')
+        present.append(f" OR {rows}.stream_id IS NOT NULL")
+    return f"""
+        SELECT s.view, s.stream_id, {int(InputKind.STATE)}::INTEGER AS rec_type, 0::BIGINT AS entry_idx,
+               0::BIGINT AS line, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts,
+               g.skipped{''.join(columns)}
+        FROM pass_streams s
+        LEFT JOIN pass_watermarks w ON w.view = s.view AND w.stream_id = s.stream_id
+        LEFT JOIN pass_skipped g ON g.view = s.view AND g.stream_id = s.stream_id
+        {' '.join(joins)}
+        WHERE s.view = '{view.name}' AND (w.stream_id IS NOT NULL{''.join(present)})"""
+
+
+def pass_folder(home: Home, layout: Layout = LIVE) -> Path:
+    """Scratch space of the pass in progress (inputs and output); removed after its commit. A rebuild's
+    passes have their own, since runs go on beside it."""
+    return home.scratch / layout.scratch
