@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 class Message(NamedTuple):
     """One normalised message of a stream as it crosses the pass (the stream id travels beside it).
 
-    Its fields are the columns a pass reads and writes for a message (pipelines/engine/project.py builds
-    both from `Message._fields`)."""
+    Its fields are the columns a pass reads and writes for a message (pipelines/engine/inputs.py and
+    executor.py build both from `Message._fields`)."""
 
     seq: int
     entry_idx: int  # the ingest-log entry (batch) that brought it

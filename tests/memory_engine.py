@@ -171,7 +171,7 @@ def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> Inspecte
 
 
 def _due(view: View, watermark: dict, t_us: int) -> bool:
-    """A buffered stream a run walks with no new message (pipelines/engine/project.py's DUE_BUFFERS)."""
+    """A buffered stream a run walks with no new message (pipelines/engine/inputs.py's DUE_BUFFERS)."""
     return buffer_is_due(watermark["pending_count"], watermark["parked"], watermark["blocked_since_us"],
                          view.gap_timeout_us, view.max_pending, t_us)
 
@@ -179,7 +179,7 @@ def _due(view: View, watermark: dict, t_us: int) -> bool:
 def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedStore, first_seq: int) -> None:
     """One run's pass over some entries for one view, and its commit (the state it keeps): the streams
     it walks are those the entries bring messages for or act on, and the buffered ones due by the last
-    entry's time (pipelines/engine/project.py's `load_inputs`)."""
+    entry's time (pipelines/engine/inputs.py's `load_inputs`)."""
     view = vs.view
     entries = [p.entry for p in projected]
     new: dict[str, list[Message]] = {}

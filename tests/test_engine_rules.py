@@ -9,7 +9,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.engine.project import DUE_BUFFERS
+from pipelines.engine.inputs import DUE_BUFFERS
 from pipelines.engine.rules import buffer_is_due, running_pending
 from pipelines.store.database import OUTCOME_COLUMNS
 

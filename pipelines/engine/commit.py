@@ -13,6 +13,7 @@ from typing import Iterator
 from pipelines.faults import crash_point
 from pipelines.engine.output import PassResult
 from pipelines.engine.planning import PassPlan
+from pipelines.engine.rules import running_pending
 from pipelines.store.layout import LIVE, Layout
 from pipelines.engine.pass_data import OutputKind, row_column
 from pipelines.store.database import COUNTED, OUTCOME_COLUMNS, Outcome, Store
@@ -87,10 +88,8 @@ def _ledger_rows(store: Store, plan: PassPlan, subscribed_types: set[str], layou
     now = datetime.now(timezone.utc)
     rows = []
     for view, entries in plan.by_view.items():
-        pending = pending_before.get(view, 0)
-        for entry in entries:
-            c = {name: counts.get((view, entry.entry_idx, name), 0) for name in COUNTED}
-            pending += c[Outcome.SELECTED] - sum(c[name] for name in OUTCOME_COLUMNS)
+        entry_counts = [{name: counts.get((view, entry.entry_idx, name), 0) for name in COUNTED} for entry in entries]
+        for entry, c, pending in zip(entries, entry_counts, running_pending(pending_before.get(view, 0), entry_counts)):
             received_at, records, malformed, normalised = info[entry.entry_idx]
             rows.append([entry.batch_id, view, entry.entry_idx, entry.kind, received_at, records, malformed,
                          normalised, c[Outcome.SELECTED], unrouted.get(entry.entry_idx, 0),

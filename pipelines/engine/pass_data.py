@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 import pyarrow as pa
 
 from pipelines.message import Message
+from pipelines.columns import decimal_precision_scale
 from pipelines.view import Table, View
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")  # TIMESTAMPTZ: DuckDB's, Spark's (session time zone UTC) and Parquet's
@@ -27,8 +28,7 @@ _ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int3
 def arrow_type(sql_type: str) -> pa.DataType:
     """The Arrow type of a view column's declared type (pipelines/view.py's fixed list)."""
     if sql_type.startswith("DECIMAL"):
-        precision, scale = map(int, sql_type[8:-1].split(","))
-        return pa.decimal128(precision, scale)
+        return pa.decimal128(*decimal_precision_scale(sql_type))
     return _ARROW_TYPES[sql_type]
 
 

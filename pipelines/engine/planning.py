@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from pipelines.engine.order import PassEntry
 from pipelines.store.database import Store, us_from_utc
-from pipelines.store.layout import LIVE, Layout
+from pipelines.store.layout import LIVE, Layout, uncommitted
 from pipelines.view import View
 
 SKETCH_SIZE = 256  # hashes kept per sketch: estimates within about 1/sqrt(256) = 6 %
@@ -202,9 +202,7 @@ def _uncommitted(store: Store, names: list[str], layout: Layout) -> list[tuple]:
         f"""SELECT l.entry_idx, l.batch_id, l.kind, l.received_at, l.normalised, l.target_view, l.target_stream,
                   list(v.view ORDER BY v.view) AS todo
            FROM inorder.ingest_log l CROSS JOIN unnest(?::VARCHAR[]) AS v(view)
-           WHERE l.status = 'archived'
-             AND (l.kind NOT IN ('retry', 'skip') OR l.target_view = v.view)
-             AND NOT EXISTS (SELECT 1 FROM {layout.state}.batches b WHERE b.batch_id = l.batch_id AND b.view = v.view)
+           WHERE {uncommitted(layout.state, "v.view")}
            GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
 
 

@@ -3,7 +3,7 @@ in-memory engine of the project's tests (tests/memory_engine.py) follows the sam
 copy of it (tests/test_engine_rules.py holds the SQL and the Python forms equal):
 
 - which buffered streams a pass walks with no new message (`buffer_is_due`; the pass's SQL is
-  `DUE_BUFFERS`, pipelines/engine/project.py);
+  `DUE_BUFFERS`, pipelines/engine/inputs.py);
 - the ledger's running `pending` after each entry (`running_pending`; the commit writes it in
   `inorder.batches`, pipelines/engine/commit.py).
 """

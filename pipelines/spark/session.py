@@ -6,7 +6,7 @@ With no master configured, a run uses its home's warm Spark Connect server when 
 Where driver and executors differ (a `spark://`, YARN or Kubernetes master, or any Spark Connect
 endpoint), nothing assumes they share a process, a disk or an installed copy of inorder:
 `ship_code` sends the engine's code with the session, and `archive_shared` says whether the
-executors can read the archive's files themselves (pipelines/engine/project.py ships the messages
+executors can read the archive's files themselves (pipelines/engine/spark_pass.py ships the messages
 from the driver when they cannot).
 """
 
