@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from inorder.terminal import say
+from pipelines import faults
 from pipelines.observe.status import plural
 from pipelines.store.database import OUTCOME_COLUMNS, Home
 from pipelines.store.versions import ViewSetMismatch
@@ -637,6 +638,7 @@ def _spark_command(command, as_json: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    faults.arm()  # the crash sweep's crash points (pipelines/faults.py): nothing when INORDER_CRASH_AT is unset
     args = parser().parse_args(argv)
     try:
         args.func(args)

@@ -108,8 +108,10 @@ REBUILD_POINTS = [("rebuild.prepared", 1), ("project.planned", 1), ("apply.appli
                   ("commit.view_tables", 1), ("project.committed", 1), ("rebuild.replayed", 1),
                   ("rebuild.caught_up", 1), ("store.commit", 3), ("rebuild.swapped", 1)]
 INSIDE_SWAP = [("store.commit", 3, us) for us in (300, 3_000, 30_000)]
+# one point in a Spark worker among them: it kills the driver through INORDER_CRASH_PID, which the session
+# hands its executors (pipelines/faults.py)
 QUICK = [Crash(0, "ingest.archive_in_place", 2), Crash(0, "dagster.ingested"), Crash(2, "store.commit", 1, 1_000),
-         Crash(1, "publish.staged", 2), Crash(2, "store.commit", 3, 1_000, rebuild=True)]
+         Crash(1, "publish.staged", 2), Crash(1, "apply.applied", 5), Crash(2, "store.commit", 3, 1_000, rebuild=True)]
 
 
 @dataclass

@@ -94,9 +94,9 @@ def reached(point: str, monkeypatch) -> bool:
     """Whether a replay of a bank scenario with a gap skipped, a handler error and a buffer reaches `point`."""
     monkeypatch.setattr(faults, "ARMED", point)
     monkeypatch.setattr(faults, "_point", point)
-    monkeypatch.setattr(faults, "_NTH", 1)
+    monkeypatch.setattr(faults, "_nth", 1)
     monkeypatch.setattr(faults, "_hits", 0)
-    monkeypatch.setattr(faults, "_DELAY_US", 0)
+    monkeypatch.setattr(faults, "_delay_us", 0)
 
     def crash() -> None:
         raise Crashed(point)

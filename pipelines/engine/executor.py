@@ -13,6 +13,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines import faults
 from pipelines.engine.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.engine.output import FATAL_METRIC, WALKED_METRIC
 from pipelines.engine.pass_data import InputKind, Metric, output_batches, row_column
@@ -66,6 +67,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
     cycles of its own, so the collector's generation scans, triggered by allocation counts, would
     only re-scan live messages; a young-generation collection at each output flush still frees any
     cycle a handler makes."""
+    faults.arm()  # the crash sweep's points, read in each worker process (pipelines/faults.py)
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -33,6 +33,7 @@ from typing import Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
+from pipelines import faults
 from pipelines.spark.server import ServerFiles, ServerState, register_client, running_state
 from pipelines.spark.settings import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
@@ -101,6 +102,8 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
             defaults = {**DEFAULT_CONF, **LOCAL_DRIVER_CONF}
     settings = {**defaults, **env_conf(), **(conf or {})}
+    if faults.crash_pid() and not master.startswith("sc://"):  # a crash point on an executor kills this driver
+        settings["spark.executorEnv.INORDER_CRASH_PID"] = str(faults.crash_pid())
     quiet = not master.startswith("sc://") and not debugging()  # a Connect session starts no JVM here
     if quiet:  # first, so that a configuration file the user names wins
         settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
