@@ -440,10 +440,8 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
 
 
 def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
-    """Every column of every view table and of the error and gap logs has its schema and a description
-    in the asset's metadata; a view's owners, tags and freshness reach its asset."""
-    from pipelines.store.database import ENGINE_DDL
-
+    """Every column of every view table has its schema and a description in the asset's metadata (the
+    error and gap logs': below); a view's owners, tags and freshness reach its asset."""
     graph = defs.resolve_asset_graph()
     for view in BANK_VIEWS:
         node = graph.get(dg.AssetKey(view.name))
@@ -452,14 +450,18 @@ def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
     accounts = graph.get(dg.AssetKey("accounts"))
     assert accounts.owners == ["team:payments"] and accounts.tags["domain"] == "bank"
     assert accounts.freshness_policy.warn_window.to_timedelta() == timedelta(minutes=30)
-    con = duckdb.connect()
-    con.execute(ENGINE_DDL)
-    for log in ("errors", "gaps"):
-        stored = [c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'inorder' AND table_name = ? "
-            "AND column_name != 'waited' ORDER BY column_index", [log]).fetchall()]
-        schema = graph.get(dg.AssetKey(log)).metadata["dagster/column_schema"].columns
-        assert [c.name for c in schema] == stored and all(c.description for c in schema)
+
+
+def test_the_logs_column_schemas_are_the_stores_columns(tmp_path):
+    """`errors` and `gaps` show, in order and with their types, the columns a fresh store's tables have
+    (both are made from pipelines/store/layout.py's LOG_COLUMNS), each with a description."""
+    graph = defs.resolve_asset_graph()
+    with Store.open(Home(tmp_path / "home").ensure(), BANK_VIEWS) as store:
+        for log in ("errors", "gaps"):
+            stored = [(name, sql_type) for name, sql_type, *_ in store.con.execute(f"DESCRIBE inorder.{log}").fetchall()]
+            schema = graph.get(dg.AssetKey(log)).metadata["dagster/column_schema"].columns
+            shown = [(c.name, store.con.execute(f"SELECT typeof(NULL::{c.type})").fetchone()[0]) for c in schema]
+            assert shown == stored and all(c.description for c in schema)
 
 
 def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):
