@@ -3,11 +3,14 @@
 They are outputs of the projection step (assets/views.py), so they are materialised after its
 commit in the same step, whether or not every view changed."""
 
+from typing import Sequence
+
 import dagster as dg
 
 from pipelines.observe.status import newest_errors
 from pipelines.store.database import Store
 from pipelines.store.layout import ERRORS_COLUMNS, GAPS_COLUMNS, LogColumn
+from pipelines.view import View
 
 
 def _schema(columns: tuple[LogColumn, ...]) -> dict:
@@ -18,13 +21,20 @@ def _schema(columns: tuple[LogColumn, ...]) -> dict:
 
 ERRORS_SCHEMA, GAPS_SCHEMA = _schema(ERRORS_COLUMNS), _schema(GAPS_COLUMNS)
 
-LOG_SPECS = [
-    dg.AssetSpec("errors", group_name="logs", kinds={"duckdb"}, skippable=True, metadata=ERRORS_SCHEMA,
-                 description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
-                             "and the rejected batch files of the ingest log."),
-    dg.AssetSpec("gaps", group_name="logs", kinds={"duckdb"}, skippable=True, metadata=GAPS_SCHEMA,
-                 description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why."),
-]
+
+
+def log_specs(views: Sequence[View]) -> list[dg.AssetSpec]:
+    """The logs' assets, in group `logs`, downstream of what writes them in the UI's lineage: `errors` of
+    `event_batches` (malformed records, rejected files) and of every view, `gaps` of every view."""
+    names = [view.name for view in views]
+    return [
+        dg.AssetSpec("errors", deps=["event_batches", *names], group_name="logs", kinds={"duckdb"}, skippable=True,
+                     metadata=ERRORS_SCHEMA,
+                     description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
+                                 "and the rejected batch files of the ingest log."),
+        dg.AssetSpec("gaps", deps=names, group_name="logs", kinds={"duckdb"}, skippable=True, metadata=GAPS_SCHEMA,
+                     description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why."),
+    ]
 
 
 def _counts(store: Store, sql: str) -> dict[str, int]:
