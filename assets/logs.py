@@ -3,45 +3,38 @@
 They are outputs of the projection step (assets/views.py), so they are materialised after its
 commit in the same step, whether or not every view changed."""
 
+from typing import Sequence
+
 import dagster as dg
 
 from pipelines.observe.status import newest_errors
 from pipelines.store.database import Store
+from pipelines.store.layout import ERRORS_COLUMNS, GAPS_COLUMNS, LogColumn
+from pipelines.view import View
 
-def _schema(*columns: tuple[str, str, str]) -> dict:
-    return {"dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(n, t, description=d) for n, t, d in columns])}
+
+def _schema(columns: tuple[LogColumn, ...]) -> dict:
+    """The Dagster column schema of a log table, from the columns its DDL is made of."""
+    return {"dagster/column_schema": dg.TableSchema(columns=[
+        dg.TableColumn(c.name, c.sql_type, description=c.description) for c in columns])}
 
 
-ERRORS_SCHEMA = _schema(
-    ("error_id", "BIGINT", "row id, in the order rows were logged"),
-    ("view", "VARCHAR", "the view (NULL for malformed records, which no view saw)"),
-    ("stream_id", "VARCHAR", "the message's stream"), ("seq", "BIGINT", "the message's seq"),
-    ("kind", "VARCHAR", "malformed, handler_error, late or conflict"),
-    ("event_type", "VARCHAR", "the message's event type"), ("payload", "VARCHAR", "the message's payload (JSON)"),
-    ("occurred_at", "VARCHAR", "the message's occurred_at"), ("event_id", "VARCHAR", "the message's event id"),
-    ("batch_id", "VARCHAR", "the batch the message (or record) came in"), ("line", "BIGINT", "its line in that batch"),
-    ("raw", "VARCHAR", "a malformed record's text, truncated to 4 KiB"),
-    ("reason", "VARCHAR", "why: the malformation, the handler's message, the skipped gap, the first copy"),
-    ("exception_type", "VARCHAR", "a handler error's exception class"),
-    ("message", "VARCHAR", "a handler error's message"), ("traceback", "VARCHAR", "a handler error's traceback"),
-    ("logged_at", "TIMESTAMPTZ", "logical time of the entry that logged it"),
-    ("entry_idx", "BIGINT", "that entry"), ("error_class", "VARCHAR", "reject (business refusal) or bug"),
-    ("attempt", "BIGINT", "1, 2, … for a parked message retried"))
-GAPS_SCHEMA = _schema(
-    ("view", "VARCHAR", "the view"), ("stream_id", "VARCHAR", "the stream"),
-    ("first_missing", "BIGINT", "first seq skipped"), ("last_missing", "BIGINT", "last seq skipped"),
-    ("waited_seconds", "DOUBLE", "logical seconds the stream waited for them"),
-    ("reason", "VARCHAR", "timeout (gap_timeout passed) or capacity (over max_pending)"),
-    ("batch_id", "VARCHAR", "the entry whose walk skipped them"),
-    ("skipped_at", "TIMESTAMPTZ", "logical time of that entry"), ("entry_idx", "BIGINT", "that entry"))
+ERRORS_SCHEMA, GAPS_SCHEMA = _schema(ERRORS_COLUMNS), _schema(GAPS_COLUMNS)
 
-LOG_SPECS = [
-    dg.AssetSpec("errors", group_name="logs", kinds={"duckdb"}, skippable=True, metadata=ERRORS_SCHEMA,
-                 description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
-                             "and the rejected batch files of the ingest log."),
-    dg.AssetSpec("gaps", group_name="logs", kinds={"duckdb"}, skippable=True, metadata=GAPS_SCHEMA,
-                 description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why."),
-]
+
+
+def log_specs(views: Sequence[View]) -> list[dg.AssetSpec]:
+    """The logs' assets, in group `logs`, downstream of what writes them in the UI's lineage: `errors` of
+    `event_batches` (malformed records, rejected files) and of every view, `gaps` of every view."""
+    names = [view.name for view in views]
+    return [
+        dg.AssetSpec("errors", deps=["event_batches", *names], group_name="logs", kinds={"duckdb"}, skippable=True,
+                     metadata=ERRORS_SCHEMA,
+                     description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
+                                 "and the rejected batch files of the ingest log."),
+        dg.AssetSpec("gaps", deps=names, group_name="logs", kinds={"duckdb"}, skippable=True, metadata=GAPS_SCHEMA,
+                     description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why."),
+    ]
 
 
 def _counts(store: Store, sql: str) -> dict[str, int]:

@@ -10,10 +10,10 @@ from typing import Iterator, Optional, Sequence
 import dagster as dg
 from pydantic import Field
 
-from assets.logs import LOG_METADATA, LOG_SPECS
+from assets.logs import LOG_METADATA, log_specs
 from assets.tags import STORE_POOL, TICK_TAG, run_time
 from pipelines.observe.health import last_run_counts, view_lag
-from pipelines.serve.publish import Position, Publication, read_positions
+from pipelines.serve.publish import Positions, Publication, read_positions
 from pipelines.facade import ProjectionStats, operator_action, project_views, publish, rebuild
 from pipelines.observe.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
@@ -105,12 +105,14 @@ def timing_metadata(stats: ProjectionStats) -> dict:
         ("commit", stats.commit_seconds), ("publish", stats.publish_seconds))}
 
 
-def publication_metadata(position: Position | str | None, error: str | None) -> dict:
-    """Where the view's PostgreSQL side stands (nothing when publishing is not configured)."""
-    if position is None:
+def publication_metadata(positions: Positions, view: str, error: str | None) -> dict:
+    """Where the view's PostgreSQL side stands (nothing when publishing is not configured); `error`: why
+    this run's publishing failed, if it did."""
+    if not positions.configured:
         return {}
-    if isinstance(position, str):
-        return {"publish_error": dg.MetadataValue.text(error or position)}
+    position = positions.of(view)
+    if position is None:  # PostgreSQL cannot be read
+        return {"publish_error": dg.MetadataValue.text(error or positions.error or f"{view} was not read")}
     metadata = {
         "committed_entry": dg.MetadataValue.int(position.committed or 0),
         "published_entry": dg.MetadataValue.int(position.published if position.published is not None else -1),
@@ -120,12 +122,6 @@ def publication_metadata(position: Position | str | None, error: str | None) -> 
         metadata["publish_error"] = dg.MetadataValue.text(error)
     return metadata
 
-
-
-
-def _position(positions: list[Position] | str | None, i: int) -> Position | str | None:
-    """The i-th view's of `read_positions`, or its error (a string) or None (nothing is published)."""
-    return positions[i] if isinstance(positions, list) else positions
 
 
 def publish_metadata(publication: Publication) -> dict:
@@ -164,7 +160,7 @@ def action_config(action: str, **config: object) -> dict:
 
 def projections_asset(views: Sequence[View]) -> dg.AssetsDefinition:
     """The views' assets (one Spark pass for those selected together), and the error and gap logs."""
-    @dg.multi_asset(specs=[view_spec(view) for view in views] + LOG_SPECS, can_subset=True, pool=STORE_POOL)
+    @dg.multi_asset(specs=[view_spec(view) for view in views] + log_specs(views), can_subset=True, pool=STORE_POOL)
     def projections(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource,
                     home: HomeResource) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         """Project every archived batch not yet committed for the selected views, in ingest order.
@@ -213,15 +209,14 @@ def _project(context: dg.AssetExecutionContext, config: ProjectionConfig, spark:
         for view_name, refusal in stats.refused.items():
             context.log.error(refusal)
             yield dg.AssetObservation(asset_key=view_name, metadata={REFUSED: dg.MetadataValue.text(refusal)})
-        for i, view in enumerate(selected):
+        for view in selected:
             if (tick and not stats.streams_touched.get(view.name)) or view.name in stats.refused:
                 continue
-            position = _position(positions, i)
             yield dg.MaterializeResult(
                 asset_key=view.name,
                 metadata={**view_metadata(store, home, view, stats.by_view.get(view.name, {}),
                                           stats.streams_touched.get(view.name, 0)),
-                          **timing_metadata(stats), **publication_metadata(position, stats.publish_error),
+                          **timing_metadata(stats), **publication_metadata(positions, view.name, stats.publish_error),
                           **(rebuild_metadata(stats) if view.name in stats.rebuilt else {})})
         for key, metadata in LOG_METADATA.items():
             if dg.AssetKey(key) in context.selected_asset_keys and not (tick and not stats.streams_touched):
@@ -244,10 +239,10 @@ def _operator(context: dg.AssetExecutionContext, config: ProjectionConfig, spark
     if not streams:
         return
     with Store.open_read_only(home) as store:
-        position = _position(read_positions(store.con, [view]), 0)
+        positions = read_positions(store.con, [view])
         yield dg.MaterializeResult(asset_key=view.name, metadata={
             **view_metadata(store, home, view, last_run_counts(store.con, view.name), len(streams)),
-            **publication_metadata(position, None), OPERATOR_STREAMS: dg.MetadataValue.json(streams)})
+            **publication_metadata(positions, view.name, None), OPERATOR_STREAMS: dg.MetadataValue.json(streams)})
 
 
 def _publish(config: ProjectionConfig, home: Home, selected: list[View]) -> Iterator[dg.MaterializeResult]:
@@ -260,7 +255,7 @@ def _publish(config: ProjectionConfig, home: Home, selected: list[View]) -> Iter
     published = [by_name[p.view] for p in done]
     with Store.open_read_only(home) as store:
         positions = read_positions(store.con, published)
-        for i, (publication, view) in enumerate(zip(done, published)):
+        for publication, view in zip(done, published):
             yield dg.MaterializeResult(asset_key=view.name, metadata={
-                **view_metadata(store, home, view, {}, 0), **publication_metadata(_position(positions, i), None),
+                **view_metadata(store, home, view, {}, 0), **publication_metadata(positions, view.name, None),
                 **publish_metadata(publication)})

@@ -332,10 +332,10 @@ def cmd_status(args: argparse.Namespace) -> None:
         _print_json(status_document(status, positions))
         return
     print(format_status(status, args.wide))
-    if isinstance(positions, str):
-        print(f"PostgreSQL (INORDER_SERVE_POSTGRES): cannot read what is published: {positions}")
-    elif positions is not None:
-        print("\n".join(format_positions(positions)))
+    if positions.error is not None:
+        print(f"PostgreSQL (INORDER_SERVE_POSTGRES): cannot read what is published: {positions.error}")
+    elif positions.configured:
+        print("\n".join(format_positions(positions.entries)))
 
 
 def _known_view(name: str | None) -> None:

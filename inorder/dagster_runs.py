@@ -233,9 +233,9 @@ def _publication_lag(home: Home, views) -> str | None:
 
     with Store.open_read_only(home) as store:
         positions = read_positions(store.con, views)
-    if positions is None or isinstance(positions, str):
-        return positions
-    behind = [f"{p.view} ({p.behind} entries)" for p in positions if not p.current]
+    if not positions.configured or positions.error is not None:
+        return positions.error
+    behind = [f"{p.view} ({p.behind} entries)" for p in positions.behind]
     return f"PostgreSQL is behind DuckDB for {', '.join(behind)}" if behind else None
 
 

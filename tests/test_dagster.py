@@ -68,6 +68,20 @@ def test_asset_graph_has_the_expected_keys_and_checks():
         == keys
 
 
+def test_the_ui_groups_the_assets_and_draws_the_logs_downstream_of_what_writes_them():
+    """Groups `ingest`, `views` and `logs`; lineage event_batches → each view → errors and gaps, and
+    event_batches → errors (malformed records and rejected files are logged at ingest)."""
+    graph = defs.resolve_asset_graph()
+    views = {dg.AssetKey(v.name) for v in BANK_VIEWS}
+    groups = {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()}
+    assert groups == {"event_batches": "ingest", **{v.name: "views" for v in BANK_VIEWS},
+                      "errors": "logs", "gaps": "logs"}
+    assert graph.get(dg.AssetKey("errors")).parent_keys == views | {dg.AssetKey("event_batches")}
+    assert graph.get(dg.AssetKey("gaps")).parent_keys == views
+    for view in views:
+        assert graph.get(view).child_keys == {dg.AssetKey("errors"), dg.AssetKey("gaps")}
+
+
 def _materialize_all(home: Home, instance: dg.DagsterInstance, keys: list[str], now: datetime, tick: bool = False):
     results = []
     for key in keys:
@@ -252,6 +266,22 @@ def test_a_reject_rate_over_its_threshold_says_why_and_what_to_run_next(projecte
     assert reasons[2].startswith("| insufficient funds | 30 | 1 | ")  # the commonest first
     # refusals are not bugs: the bug check stays green
     assert _run_check(projected_home, activity, "no_handler_bugs").passed
+
+
+def test_a_rate_check_plots_only_what_changes_and_shows_rates_as_percentages(projected_home):
+    """Dagster plots every numeric entry: the thresholds are configuration, so they are text; a rate is a
+    percentage (6.22, not 0.062222)."""
+    activity = view_named(BANK_VIEWS, "account_activity")
+    selected = _log_handler_errors(projected_home, "account_activity", "reject", "Reject", "insufficient funds",
+                                   count=30)
+    metadata = _run_check(projected_home, activity, "reject_rate").metadata
+    for key in ("warn_above", "fail_above", "min_selected"):
+        assert isinstance(metadata[key], dg.TextMetadataValue)
+    assert metadata["fail_above"].value == f"{activity.alerts.reject_rate.error:.2%}"
+    rejects = metadata["last_run/reject"].value
+    assert rejects >= 30 and selected > 0
+    assert metadata["last_run/rate_pct"].value == round(100 * rejects / metadata["last_run/selected"].value, 2) > 1
+    assert "last_run/rate" not in metadata
 
 
 def test_a_reject_rate_is_not_judged_below_its_minimum_sample(projected_home):
@@ -440,10 +470,8 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
 
 
 def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
-    """Every column of every view table and of the error and gap logs has its schema and a description
-    in the asset's metadata; a view's owners, tags and freshness reach its asset."""
-    from pipelines.store.database import ENGINE_DDL
-
+    """Every column of every view table has its schema and a description in the asset's metadata (the
+    error and gap logs': below); a view's owners, tags and freshness reach its asset."""
     graph = defs.resolve_asset_graph()
     for view in BANK_VIEWS:
         node = graph.get(dg.AssetKey(view.name))
@@ -452,14 +480,18 @@ def test_the_ui_shows_column_descriptions_owners_tags_and_freshness():
     accounts = graph.get(dg.AssetKey("accounts"))
     assert accounts.owners == ["team:payments"] and accounts.tags["domain"] == "bank"
     assert accounts.freshness_policy.warn_window.to_timedelta() == timedelta(minutes=30)
-    con = duckdb.connect()
-    con.execute(ENGINE_DDL)
-    for log in ("errors", "gaps"):
-        stored = [c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'inorder' AND table_name = ? "
-            "AND column_name != 'waited' ORDER BY column_index", [log]).fetchall()]
-        schema = graph.get(dg.AssetKey(log)).metadata["dagster/column_schema"].columns
-        assert [c.name for c in schema] == stored and all(c.description for c in schema)
+
+
+def test_the_logs_column_schemas_are_the_stores_columns(tmp_path):
+    """`errors` and `gaps` show, in order and with their types, the columns a fresh store's tables have
+    (both are made from pipelines/store/layout.py's LOG_COLUMNS), each with a description."""
+    graph = defs.resolve_asset_graph()
+    with Store.open(Home(tmp_path / "home").ensure(), BANK_VIEWS) as store:
+        for log in ("errors", "gaps"):
+            stored = [(name, sql_type) for name, sql_type, *_ in store.con.execute(f"DESCRIBE inorder.{log}").fetchall()]
+            schema = graph.get(dg.AssetKey(log)).metadata["dagster/column_schema"].columns
+            shown = [(c.name, store.con.execute(f"SELECT typeof(NULL::{c.type})").fetchone()[0]) for c in schema]
+            assert shown == stored and all(c.description for c in schema)
 
 
 def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):

@@ -22,6 +22,7 @@ from inorder.dagster_runs import CliRun
 from pipelines.registry import load_views
 from pipelines.facade import reingest_batches, run
 from pipelines.observe.status import format_status, read_status, status_document
+from pipelines.serve.publish import Positions
 from pipelines.store.database import Home, Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,7 +260,7 @@ def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source
     assert status.unrouted == {"account": 2} and status.subscribed == ["loan"]
     assert "unrouted: 2 records reached no view (2 of stream type 'account'); the views subscribe to loan" \
         in format_status(status)
-    assert status_document(status, None)["unrouted"] == {"account": 2}
+    assert status_document(status, Positions(configured=False))["unrouted"] == {"account": 2}
     assert status.views[0].selected == 0
 
     # the terminal's warning for a batch none of whose records reached a view

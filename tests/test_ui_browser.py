@@ -252,7 +252,7 @@ def test_the_ui_shows_what_is_wrong_and_where(dagster_dev):
             browser.close()
     red = _check(instance, "account_activity", "reject_rate")
     assert red.evaluation.passed is False and red.evaluation.severity == dg.AssetCheckSeverity.ERROR
-    assert red.evaluation.metadata["last_24_h/rate"].value > 0.05
+    assert red.evaluation.metadata["last_24_h/rate_pct"].value > 5.0
     assert red.evaluation.metadata["top_reasons"].value.startswith("| reason | messages | streams | e.g. |")
     for name in ("reject_rate", "no_handler_bugs", "conservation", "watermarks_never_move_back", "no_parked_streams",
                  "no_overdue_blocked_streams"):

@@ -94,11 +94,11 @@ def keys_unique(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
 
 def published(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
     positions = read_positions(con, [view])
-    if positions is None:
+    if not positions.configured:
         return CheckOutcome(True, {"configured": False}, "INORDER_SERVE_POSTGRES is not set: nothing is published")
-    if isinstance(positions, str):
-        return CheckOutcome(False, {"error": positions}, f"PostgreSQL cannot be read: {positions}")
-    (position,) = positions
+    if positions.error is not None:
+        return CheckOutcome(False, {"error": positions.error}, f"PostgreSQL cannot be read: {positions.error}")
+    (position,) = positions.entries
     return CheckOutcome(position.current, {
         "configured": True, "committed_entry": int(position.committed or 0),
         "published_entry": int(position.published if position.published is not None else -1),
@@ -111,7 +111,7 @@ def _window_metadata(windows: list[Window], outcome: str) -> dict:
     metadata: dict[str, object] = {}
     for w in windows:
         prefix = w.label.replace(" ", "_")
-        metadata[f"{prefix}/rate"] = float(round(w.rate(outcome), 6))
+        metadata[f"{prefix}/rate_pct"] = float(round(100 * w.rate(outcome), 2))  # a percentage: 6.22, not 0.062222
         metadata[f"{prefix}/{outcome}"] = int(getattr(w, outcome))
         metadata[f"{prefix}/selected"] = int(w.selected)
     return metadata
@@ -148,8 +148,9 @@ def rate(outcome: str, kind: str, con: duckdb.DuckDBPyConnection, view: View) ->
     thresholds = _thresholds(view, outcome)
     windows = recent_windows(con, view.name)
     verdict = judge_rate(outcome, windows, thresholds, view.alerts.min_selected)
-    metadata = {"warn_above": float(thresholds.warn), "fail_above": float(thresholds.error),
-                "min_selected": int(view.alerts.min_selected), **_window_metadata(windows, outcome)}
+    # the view's configuration as text: Dagster plots every number, and these never change from run to run
+    metadata = {"warn_above": f"{thresholds.warn:.2%}", "fail_above": f"{thresholds.error:.2%}",
+                "min_selected": str(view.alerts.min_selected), **_window_metadata(windows, outcome)}
     return _outcome(verdict, metadata, _why(con, view, verdict, outcome,
                                             f"inorder errors --view {view.name} --kind {kind}"))
 

@@ -10,7 +10,7 @@ import duckdb
 
 from pipelines.store.layout import Layout
 from pipelines.observe.markdown import markdown_table
-from pipelines.serve.publish import Position
+from pipelines.serve.publish import Positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
 from pipelines.store.database import OUTCOME_COLUMNS, Home, Store, us_from_utc
 from pipelines.store.versions import ViewVersion, read_versions, stored_view_names
@@ -353,10 +353,10 @@ def shadow_line(s: ViewStatus) -> str:
             f"one was interrupted (`inorder rebuild {s.view}` starts it afresh; the live view is whole either way)")
 
 
-def status_document(status: StoreStatus, positions: list[Position] | str | None) -> dict:
+def status_document(status: StoreStatus, positions: Positions) -> dict:
     """`inorder status --json`: what format_status prints, and where PostgreSQL stands (`read_positions`:
-    None when publishing is not configured, the error's text when PostgreSQL cannot be read). docs/CLI.md
-    lists the keys."""
+    `postgres` is null when publishing is not configured, and holds the error's text when PostgreSQL cannot
+    be read). docs/CLI.md lists the keys."""
     return {
         "logical_time": status.logical_time,
         "batches": status.batches,
@@ -380,10 +380,10 @@ def status_document(status: StoreStatus, positions: list[Position] | str | None)
                      "older_code_since_batch": s.version.since_batch, "state": s.version.describe()},
             "rebuild_shadow": s.rebuild_shadow,
         } for s in status.views],
-        "postgres": None if positions is None else {
-            "error": positions if isinstance(positions, str) else None,
-            "views": [] if isinstance(positions, str) else [{
+        "postgres": None if not positions.configured else {
+            "error": positions.error,
+            "views": [{
                 "view": p.view, "committed_entry": p.committed, "published_entry": p.published,
-                "behind_entries": p.behind, "current": p.current} for p in positions],
+                "behind_entries": p.behind, "current": p.current} for p in positions.entries],
         },
     }

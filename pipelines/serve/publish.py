@@ -112,6 +112,25 @@ class Position:
         return self.behind == 0
 
 
+@dataclass(frozen=True)
+class Positions:
+    """What `read_positions` found: nothing when publishing is not `configured`; the `error`'s text when
+    PostgreSQL cannot be read; else the `entries`, one per view asked about, in that order."""
+
+    configured: bool
+    entries: tuple[Position, ...] = ()
+    error: str | None = None
+
+    def of(self, view: str) -> Position | None:
+        """The view's position (None when it was not read)."""
+        return next((p for p in self.entries if p.view == view), None)
+
+    @property
+    def behind(self) -> list[Position]:
+        """The views PostgreSQL shows an older entry of than DuckDB."""
+        return [p for p in self.entries if not p.current]
+
+
 def committed_positions(con: duckdb.DuckDBPyConnection, views: Iterable[str]) -> dict[str, tuple[int, str]]:
     """view -> (newest ledger entry, its batch id) in DuckDB, for the views with any."""
     rows = con.execute("SELECT view, max(entry_idx), arg_max(batch_id, entry_idx) FROM inorder.batches "
@@ -442,17 +461,16 @@ def format_positions(positions: Sequence[Position]) -> list[str]:
 
 
 def read_positions(con: duckdb.DuckDBPyConnection, views: Sequence[View],
-                   target: ServeTarget | None = None) -> list[Position] | str | None:
+                   target: ServeTarget | None = None) -> Positions:
     """Each view's published entry against DuckDB's (`inorder status`, the views' metadata, the
-    `published` check): None when publishing is not configured, the error's text when PostgreSQL
-    cannot be read."""
+    `published` check), or that publishing is not configured, or why PostgreSQL cannot be read."""
     import psycopg
 
     target = target or ServeTarget.from_env()
     if target is None:
-        return None
+        return Positions(configured=False)
     try:
         with Publisher(target, connect_timeout=5) as publisher:
-            return publisher.positions(con, views)
+            return Positions(True, tuple(publisher.positions(con, views)))
     except (PublishError, psycopg.Error) as exc:
-        return " ".join(str(exc).split()) or type(exc).__name__
+        return Positions(True, error=" ".join(str(exc).split()) or type(exc).__name__)

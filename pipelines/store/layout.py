@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import duckdb
 
@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS inorder.ingest_streams (
 # each walked (view, stream) before it inserts it, so they are unique by construction, and DuckDB's index
 # upkeep made most of a large commit's cost; the `keys_unique` asset check watches it, docs/STORE.md): in schema `inorder` for the live views, and in a schema of
 # its own for a view being rebuilt (its shadow; error ids come from the one sequence, so they stay unique).
-STATE_DDL = """
+_STATE_DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.watermarks (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
@@ -48,17 +48,7 @@ CREATE TABLE IF NOT EXISTS {schema}.pending (
     view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
     event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
     line BIGINT, entry_idx BIGINT);
-CREATE TABLE IF NOT EXISTS {schema}.errors (
-    error_id BIGINT PRIMARY KEY DEFAULT nextval('inorder.error_ids'), view VARCHAR, stream_id VARCHAR,
-    seq BIGINT, kind VARCHAR NOT NULL, event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR,
-    event_id VARCHAR, batch_id VARCHAR, line BIGINT, raw VARCHAR, reason VARCHAR, exception_type VARCHAR,
-    message VARCHAR, traceback VARCHAR, logged_at TIMESTAMPTZ, entry_idx BIGINT);
-CREATE TABLE IF NOT EXISTS {schema}.gaps (
-    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, first_missing BIGINT NOT NULL,
-    last_missing BIGINT NOT NULL, waited_seconds DOUBLE NOT NULL, reason VARCHAR NOT NULL,
-    batch_id VARCHAR, skipped_at TIMESTAMPTZ, entry_idx BIGINT,
-    waited DOUBLE GENERATED ALWAYS AS (waited_seconds) VIRTUAL);  -- CONCEPTS §2 calls it "waited"
-CREATE TABLE IF NOT EXISTS {schema}.batches (
+{logs}CREATE TABLE IF NOT EXISTS {schema}.batches (
     batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
     received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
     selected BIGINT, unrouted BIGINT, applied BIGINT, ignored BIGINT, handler_error BIGINT,
@@ -66,17 +56,82 @@ CREATE TABLE IF NOT EXISTS {schema}.batches (
     committed_at TIMESTAMPTZ,
     pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name CONCEPTS §3 uses
     PRIMARY KEY (batch_id, view));
--- added later (stores made before them get them on open): a parked message's failed attempts so far;
--- each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
+-- added later (stores made before it get it on open): a parked message's failed attempts so far
 ALTER TABLE {schema}.watermarks ADD COLUMN IF NOT EXISTS attempts BIGINT DEFAULT 0;
-ALTER TABLE {schema}.errors ADD COLUMN IF NOT EXISTS error_class VARCHAR;
-ALTER TABLE {schema}.errors ADD COLUMN IF NOT EXISTS attempt BIGINT;
 -- which code built each view's rows (pipelines/store/versions.py)
 CREATE TABLE IF NOT EXISTS {schema}.view_versions (
     view VARCHAR PRIMARY KEY, fingerprint VARCHAR NOT NULL, version VARCHAR, tables VARCHAR NOT NULL,
     code VARCHAR, recorded_at TIMESTAMPTZ NOT NULL, newer_fingerprint VARCHAR, newer_since_entry BIGINT,
     newer_since_batch VARCHAR);
 """
+
+
+class LogColumn(NamedTuple):
+    """A column of a log table (`inorder.errors`, `inorder.gaps`), described once for both the store's DDL
+    and the Dagster asset's column schema (assets/logs.py): its name, SQL type, what it holds, the rest of
+    its DDL (`clause`: constraint, default, generation) and whether it was `added` after the table was first
+    made (stores made before get it on open, with ALTER TABLE … ADD COLUMN, at the table's end)."""
+
+    name: str
+    sql_type: str
+    description: str
+    clause: str = ""
+    added: bool = False
+
+
+ERRORS_COLUMNS = (
+    LogColumn("error_id", "BIGINT", "row id, in the order rows were logged",
+              "PRIMARY KEY DEFAULT nextval('inorder.error_ids')"),
+    LogColumn("view", "VARCHAR", "the view (NULL for malformed records, which no view saw)"),
+    LogColumn("stream_id", "VARCHAR", "the message's stream"),
+    LogColumn("seq", "BIGINT", "the message's seq"),
+    LogColumn("kind", "VARCHAR", "malformed, handler_error, late or conflict", "NOT NULL"),
+    LogColumn("event_type", "VARCHAR", "the message's event type"),
+    LogColumn("payload", "VARCHAR", "the message's payload (JSON)"),
+    LogColumn("occurred_at", "VARCHAR", "the message's occurred_at"),
+    LogColumn("event_id", "VARCHAR", "the message's event id"),
+    LogColumn("batch_id", "VARCHAR", "the batch the message (or record) came in"),
+    LogColumn("line", "BIGINT", "its line in that batch"),
+    LogColumn("raw", "VARCHAR", "a malformed record's text, truncated to 4 KiB"),
+    LogColumn("reason", "VARCHAR", "why: the malformation, the handler's message, the skipped gap, the first copy"),
+    LogColumn("exception_type", "VARCHAR", "a handler error's exception class"),
+    LogColumn("message", "VARCHAR", "a handler error's message"),
+    LogColumn("traceback", "VARCHAR", "a handler error's traceback"),
+    LogColumn("logged_at", "TIMESTAMPTZ", "logical time of the entry that logged it"),
+    LogColumn("entry_idx", "BIGINT", "that entry"),
+    # each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
+    LogColumn("error_class", "VARCHAR", "reject (business refusal) or bug", added=True),
+    LogColumn("attempt", "BIGINT", "1, 2, … for a parked message retried", added=True),
+)
+GAPS_COLUMNS = (
+    LogColumn("view", "VARCHAR", "the view", "NOT NULL"),
+    LogColumn("stream_id", "VARCHAR", "the stream", "NOT NULL"),
+    LogColumn("first_missing", "BIGINT", "first seq skipped", "NOT NULL"),
+    LogColumn("last_missing", "BIGINT", "last seq skipped", "NOT NULL"),
+    LogColumn("waited_seconds", "DOUBLE", "logical seconds the stream waited for them", "NOT NULL"),
+    LogColumn("reason", "VARCHAR", "timeout (gap_timeout passed) or capacity (over max_pending)", "NOT NULL"),
+    LogColumn("batch_id", "VARCHAR", "the entry whose walk skipped them"),
+    LogColumn("skipped_at", "TIMESTAMPTZ", "logical time of that entry"),
+    LogColumn("entry_idx", "BIGINT", "that entry"),
+    LogColumn("waited", "DOUBLE", "waited_seconds, under the name CONCEPTS §2 uses",
+              "GENERATED ALWAYS AS (waited_seconds) VIRTUAL"),
+)
+LOG_COLUMNS = {"errors": ERRORS_COLUMNS, "gaps": GAPS_COLUMNS}
+
+
+def log_ddl(table: str, columns: tuple[LogColumn, ...]) -> str:
+    """The DDL of a log table in schema `{schema}` (a template, as STATE_DDL): its CREATE TABLE, then an
+    ALTER TABLE for each column added later."""
+    def column(c: LogColumn) -> str:
+        return " ".join(filter(None, (c.name, c.sql_type, c.clause)))
+
+    created = ",\n    ".join(column(c) for c in columns if not c.added)
+    return "".join([f"CREATE TABLE IF NOT EXISTS {{schema}}.{table} (\n    {created});\n",
+                    *(f"ALTER TABLE {{schema}}.{table} ADD COLUMN IF NOT EXISTS {column(c)};\n"
+                      for c in columns if c.added)])
+
+
+STATE_DDL = _STATE_DDL.replace("{logs}", "".join(log_ddl(t, c) for t, c in LOG_COLUMNS.items()))
 KEYLESS_STATE_TABLES = ("watermarks", "pending")  # with a PRIMARY KEY in stores made before
 STATE_TABLES = ("watermarks", "pending", "errors", "gaps", "batches", "view_versions")
 ENGINE_DDL = INGEST_DDL + STATE_DDL.format(schema="inorder")
