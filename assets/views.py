@@ -17,7 +17,7 @@ from pipelines.serve.publish import Positions, Publication, read_positions
 from pipelines.facade import ProjectionStats, operator_action, project_views, publish, rebuild
 from pipelines.observe.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
-from pipelines.store.database import OUTCOME_COLUMNS, Home, Store
+from pipelines.store.database import COUNTED, Home, Store
 from pipelines.store.versions import fingerprint
 from pipelines.view import View
 from resources import HomeResource, SparkResource
@@ -54,7 +54,7 @@ def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], 
     (status,) = read_status(store.con, [view]).views
     lag = view_lag(store.con, home, view)
     metadata: dict = {f"run/{name}": dg.MetadataValue.int(counts.get(name, 0))
-                      for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")}
+                      for name in COUNTED}
     metadata["run/streams_touched"] = dg.MetadataValue.int(streams_touched)
     metadata["total/selected"] = dg.MetadataValue.int(status.selected)
     metadata.update({f"total/{name}": dg.MetadataValue.int(n) for name, n in status.outcomes.items()})

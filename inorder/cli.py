@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from inorder.terminal import say
 from pipelines import faults
 from pipelines.observe.status import plural
-from pipelines.store.database import OUTCOME_COLUMNS, Home
+from pipelines.store.database import COUNTED, Home
 from pipelines.store.versions import ViewSetMismatch
 
 if TYPE_CHECKING:  # importing it loads Dagster, which only `run` needs
@@ -200,7 +200,7 @@ def _store_views():
     return home, views
 
 
-RUN_VIEW_COUNTS = ("selected", *OUTCOME_COLUMNS, "gaps_skipped", "streams_touched")
+RUN_VIEW_COUNTS = (*COUNTED, "streams_touched")
 REFUSED_EXIT = 4  # `inorder run` projected the other views, but refused some whose tables changed
 WRONG_VIEWS_EXIT = 5  # INORDER_VIEWS names none of the store's views, or would add views to it
 

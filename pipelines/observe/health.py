@@ -12,7 +12,7 @@ import duckdb
 
 from pipelines.engine.ingest import archive_path
 from pipelines.engine.routing import unrouted
-from pipelines.store.database import OUTCOME_COLUMNS, Home, us_from_utc
+from pipelines.store.database import COUNTED, Home, us_from_utc
 from pipelines.store.layout import LIVE, uncommitted
 from pipelines.view import Thresholds, View
 
@@ -231,7 +231,7 @@ def logical_now(con: duckdb.DuckDBPyConnection) -> datetime:
 
 def last_run_counts(con: duckdb.DuckDBPyConnection, view: str) -> dict[str, int]:
     """What the view's newest commit did: its ledger rows' selected messages, outcomes and gaps skipped."""
-    names = ("selected", *OUTCOME_COLUMNS, "gaps_skipped")
+    names = COUNTED
     row = _run(con, f"SELECT {', '.join(f'coalesce(sum({n}), 0)' for n in names)} FROM inorder.batches "
                     f"WHERE {LAST_RUN}", view=view).fetchone()
     return {name: int(n) for name, n in zip(names, row)}
