@@ -95,22 +95,29 @@ def _find_streams(con, views: list[View], plan: PassPlan, layout: Layout) -> Non
               JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type""")
 
 
+BY_PAIR = "s.view = k.view AND s.stream_id = k.stream_id"  # a (view, stream) table's key against pass_streams
+
+
+def _touched_rows(stored: str, alias: str, on: str) -> str:
+    """`stored AS alias`, limited to the rows of the pass's streams (`on`: the join of the table's key
+    columns `k` with `pass_streams s`). Without an index DuckDB scans to find keys, and the scan grows with
+    the store: so it reads the key columns alone, and the rows found are fetched by rowid (a join on the
+    key would read every column of every row)."""
+    return f"{stored} {alias} WHERE {alias}.rowid IN (SELECT k.rowid FROM {stored} k JOIN pass_streams s ON {on})"
+
+
 def _find_watermarks_and_gaps(con, layout: Layout) -> None:
-    """`pass_watermarks`, `pass_skipped`: the touched streams' watermarks and skipped ranges, found with one
-    scan of each table for all views: the scan grows with the store, so each table is scanned once, on its
-    key columns alone, and the found rows fetched by rowid (a join on the key would read every column of
-    every row)."""
+    """`pass_watermarks`, `pass_skipped`: the touched streams' watermarks and skipped ranges, each table
+    read once for all views (`_touched_rows`)."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_watermarks AS
         SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts
-        FROM {layout.state}.watermarks w WHERE w.rowid IN (
-            SELECT k.rowid FROM {layout.state}.watermarks k
-            JOIN pass_streams s ON s.view = k.view AND s.stream_id = k.stream_id)""")
+        FROM {_touched_rows(f"{layout.state}.watermarks", "w", BY_PAIR)}""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_skipped AS
         SELECT g.view, g.stream_id, list(struct_pack(first_missing := g.first_missing, last_missing := g.last_missing)
                                          ORDER BY g.first_missing, g.last_missing) AS skipped
-        FROM {layout.state}.gaps g JOIN pass_streams s ON s.view = g.view AND s.stream_id = g.stream_id
+        FROM {_touched_rows(f"{layout.state}.gaps", "g", BY_PAIR)}
         GROUP BY g.view, g.stream_id""")
 
 
@@ -142,8 +149,8 @@ def _state_sql(view: View, layout: Layout) -> str:
         rows, key = f"t{i}", f'r."{table.stream_key}"'
         row = "struct_pack(" + ", ".join(f'"{c}" := r."{c}"' for c in table.columns) + ")"
         stored = layout.table(table.name) if table.kind == "keyed" else layout.newest_rows(table.name)
-        source = (f"FROM {stored} r WHERE r.rowid IN (SELECT k.rowid FROM {stored} k JOIN pass_streams s "
-                  f"ON s.view = '{view.name}' AND s.stream_id = k.\"{table.stream_key}\")")  # as pass_watermarks
+        on = f"s.view = '{view.name}' AND s.stream_id = k.\"{table.stream_key}\""
+        source = "FROM " + _touched_rows(stored, "r", on)
         if table.kind == "keyed":
             order = ", ".join(f'r."{c}"' for c in table.primary_key)
             sub = f"SELECT {key} AS stream_id, list({row} ORDER BY {order}) AS state {source} GROUP BY {key}"

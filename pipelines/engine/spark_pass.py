@@ -28,10 +28,18 @@ from pipelines.engine.pass_data import SUMMARY_COLUMNS, InputKind, output_schema
 from pipelines.engine.planning import PassPlan
 from pipelines.engine.routing import select_views
 from pipelines.message import Message
-from pipelines.spark.session import archive_shared, files_shared, mark_used, ship_code, shuffle_partitions
+from pipelines.spark.session import (archive_shared, files_shared, mark_used, pandas_notice_quiet, ship_code,
+                                    shuffle_partitions)
 from pipelines.store.database import Home, Store
 from pipelines.store.layout import LIVE, Layout
 from pipelines.view import View
+
+def _mapped(frame: DataFrame, function: Callable, schema: pa.Schema) -> pa.Table:
+    """`function` over `frame`'s partitions as Arrow batches, collected; without pyspark's pandas notice,
+    which every `mapInArrow` raises (inorder exchanges Arrow, not pandas)."""
+    with pandas_notice_quiet():
+        return frame.mapInArrow(function, from_arrow_schema(schema)).toArrow()
+
 
 def _no_null_lists(frame: DataFrame) -> DataFrame:
     """The frame with every NULL list (a row's skipped ranges or keyed rows: none, another view's, or a
@@ -132,7 +140,7 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
     walked = (combined.repartition(shuffle_partitions(spark), "stream_id")
               .sortWithinPartitions("stream_id", "rec_type", "view", "entry_idx", "line"))
     if not shared:
-        return PassResult.collected(walked.mapInArrow(walk, from_arrow_schema(schema)).toArrow())
+        return PassResult.collected(_mapped(walked, walk, schema))
     output = scratch / "output"
     output.mkdir(parents=True, exist_ok=True)
 
@@ -141,7 +149,7 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
         return write_partition_output(walk(batches), output, schema, task.partitionId(), task.attemptNumber())
 
     summary_schema = pa.schema([schema.field(name) for name in SUMMARY_COLUMNS])
-    summary = walked.mapInArrow(walk_and_write, from_arrow_schema(summary_schema)).toArrow()
+    summary = _mapped(walked, walk_and_write, summary_schema)
     if not any(output.glob("*.parquet")):
         return PassResult.collected(schema.empty_table())
     return PassResult(summary=summary.cast(summary_schema), folder=output)

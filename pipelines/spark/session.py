@@ -238,8 +238,7 @@ def _forward_jvm_stderr(read_end: int, ours: int) -> None:
 def stage_progress(label: str, say: Callable[[str], None], every_seconds: float = 2.0) -> Iterator[None]:
     """While the block runs, say where Spark's newest job is (`label: stage 3/5 (120/200 tasks)`), when
     it changed and at most every `every_seconds`. Only a classic session has a status tracker: with
-    Spark Connect (or while no session has started) nothing is said. The block is a pass's Spark work:
-    pyspark's pandas-3 notice (each `mapInArrow`) is dropped in it, as the terminal has only progress lines."""
+    Spark Connect (or while no session has started) nothing is said. The block is a pass's Spark work."""
     stop = threading.Event()
 
     def poll() -> None:
@@ -258,8 +257,7 @@ def stage_progress(label: str, say: Callable[[str], None], every_seconds: float 
     thread = threading.Thread(target=poll, daemon=True, name="inorder-spark-stages")
     thread.start()
     try:
-        with pandas_notice_quiet():
-            yield
+        yield
     finally:
         stop.set()
         thread.join()
