@@ -98,15 +98,16 @@ def test_spark_session_writes_no_environment_and_its_workers_run_this_python():
 
 
 def test_the_pandas_notice_is_dropped_in_a_pass_only():
+    """pandas_notice_quiet is what the pass's mapInArrow calls run in (pipelines/engine/spark_pass.py: _mapped)."""
     import warnings
 
-    from pipelines.spark.session import stage_progress
+    from pipelines.spark.session import pandas_notice_quiet
 
     notice = "PySpark does not yet fully support pandas >= 3.0.0. Some features may not work correctly."
     before = list(warnings.filters)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with stage_progress("pass 1/1", lambda line: None):
+        with pandas_notice_quiet():
             warnings.warn(notice, FutureWarning)  # what pyspark says on each mapInArrow
             warnings.warn("another FutureWarning", FutureWarning)
         warnings.warn(notice, FutureWarning)
