@@ -24,7 +24,7 @@ from pipelines.store.database import Home, Store
 from pipelines.view import Table, View
 from resources import HomeResource, SparkResource
 from tests.harness import assert_conserved, assert_same_store, read_store, without
-from tests.hostile_corpus import FIRST_RUN, Case, Corpus, build
+from tests.hostile_corpus import FIRST_RUN, Corpus, build
 from tests.reference_model import Entry, run_model
 from tests.reference_model import normalise as model_normalise
 from tests.domains import BANK_VIEWS

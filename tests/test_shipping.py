@@ -3,7 +3,6 @@ files live (issue: a cluster that helps). The cluster runs themselves are in tes
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

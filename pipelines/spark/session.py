@@ -17,7 +17,6 @@ import functools
 import hashlib
 import importlib
 import io
-import json
 import os
 import re
 import sys

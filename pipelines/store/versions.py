@@ -17,7 +17,7 @@ import inspect
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import duckdb
 
