@@ -122,8 +122,7 @@ def child(implementation: str, database: Path) -> dict:
 
 def measure(implementation: str, database: Path) -> dict:
     out = subprocess.run([sys.executable, "-m", "bench.expectations", "--child", implementation,
-                          "--database", str(database)], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "GX_ANALYTICS_ENABLED": "false"})
+                          "--database", str(database)], cwd=ROOT, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"the {implementation} run failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

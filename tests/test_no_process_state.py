@@ -113,3 +113,19 @@ def test_the_pandas_notice_is_dropped_in_a_pass_only():
         warnings.warn(notice, FutureWarning)
     assert [str(w.message) for w in caught] == ["another FutureWarning", notice]
     assert warnings.filters == before
+
+
+def test_validating_a_view_with_great_expectations_changes_no_environment():
+    found = run_fresh("""
+        import great_expectations  # what GX does to the process as it is imported is GX's own
+        before = snapshot()
+        from pipelines.observe.expectations import validate_view_on_pandas
+        from views.accounts import VIEW
+        con = duckdb.connect()
+        con.execute("CREATE TABLE accounts (account_id VARCHAR, owner VARCHAR, balance DECIMAL(18,2), "
+                    "status VARCHAR, version BIGINT, event_count BIGINT)")
+        con.execute("INSERT INTO accounts VALUES ('a1', 'ann', 5, 'open', 1, 1)")
+        evaluated, failures = validate_view_on_pandas(con, VIEW)
+        print(json.dumps({"evaluated": evaluated > 0, "failures": len(failures), **changes(before)}))
+    """)
+    assert found == {"evaluated": True, "failures": 0, "environ": [], "filters": [], "field_size_limit": []}

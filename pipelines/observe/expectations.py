@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -53,7 +52,7 @@ _INTEGERS = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT")
 
 
 def _gx() -> Any:
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # GX 1.24 sends no usage statistics (it has no analytics code to switch off), so nothing is set here
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     import great_expectations as gx
 
@@ -382,7 +381,7 @@ def validate_view_on_pandas(con: duckdb.DuckDBPyConnection, view: View) -> tuple
     source = _gx_pandas_source(gx, view.name)
     evaluated, failures = 0, []
     for table in view.tables:
-        expectations = [e for e in view.expectations if e.table == table.name]
+        expectations = [e for e in view.rules if e.table == table.name]
         if not expectations:
             continue
         frame = con.execute(f"SELECT * FROM {_q(table.name)}").df()
@@ -432,7 +431,7 @@ def validate_suite(con: duckdb.DuckDBPyConnection, view: View, rows_per_pass: in
     results: list[ExpectationResult] = []
     for table in view.tables:
         rules: list[_Rule] = []
-        for e in view.expectations:
+        for e in view.rules:
             if e.table != table.name:
                 continue
             rule_type, kwargs = declared_config(e) or _gx_config(gx(), e)
