@@ -1,0 +1,16 @@
+"""inorder: exact read-store projections from events that arrive late, out of order, twice or never.
+
+What a view author imports (docs/VIEWS.md):
+
+    from inorder import View, Table, Column, Event, Reject, replay
+"""
+
+from pipelines.events import Check, event_type_of
+from pipelines.message import Event, Reject
+from pipelines.testing import ReplayResult, replay
+from pipelines.view import (DECIMAL, INTEGER, AggregateTable, Alerts, AppendTable, Column, KeyedTable, StreamTable,
+                            Table, Thresholds, View, add_column)
+
+__all__ = ["AggregateTable", "Alerts", "AppendTable", "Check", "Column", "DECIMAL", "Event", "INTEGER",
+           "KeyedTable", "ReplayResult", "Reject", "StreamTable", "Table", "Thresholds", "View", "add_column",
+           "event_type_of", "replay"]

@@ -94,16 +94,19 @@ class TypedHandler:
 
     def decode(self, event: Event) -> Any:
         """The payload as an instance of the event class, or `Reject` naming the field that does not fit."""
-        name = self.event_class.__name__
         try:
             payload = self._decode(event.payload_json)
         except msgspec.ValidationError as exc:
-            raise Reject(f"{event.event_type}: payload does not fit {name}: {exc}") from None
+            raise Reject(f"{self._what(event)}: {exc}") from None
         for field_name, check in self._checks:
             problem = check.problem(getattr(payload, field_name))
             if problem is not None:
-                raise Reject(f"{event.event_type}: payload does not fit {name}: {field_name} {problem}")
+                raise Reject(f"{self._what(event)}: `{field_name}` {problem}")
         return payload
+
+    def _what(self, event: Event) -> str:
+        name = self.event_class.__name__
+        return name if event.event_type == name else f"{event.event_type} ({name})"
 
     def __call__(self, event: Event, tables: Any) -> None:
         if self._with_envelope:

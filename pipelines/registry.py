@@ -109,7 +109,7 @@ def check_views(found: list[FoundView]) -> None:
                                            f"both declare table {table.name!r}: a table belongs to one view")
             table_owner[table.name] = f
         tables = {t.name: t for t in view.tables}
-        for e in view.expectations:
+        for e in view.rules:
             if e.table not in tables:
                 raise ViewDeclarationError(f"view {view.name!r}: expectation {e.rule} names table {e.table!r}, "
                                            f"which the view does not declare ({', '.join(tables)})")

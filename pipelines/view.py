@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from functools import cached_property
-from typing import Any, Callable, Literal, Mapping, NamedTuple, Protocol
+from typing import Any, Callable, Generic, Literal, Mapping, NamedTuple, Protocol, TypeVar
 
 from pipelines.columns import EXACT_TYPES, INT_RANGE, column_converter, decimal_precision_scale, row_normaliser, \
     sum_check
 # a handler imports them from here: Event, and Reject to refuse a message
+from pipelines.events import TypedHandler, event_type_of, is_event_class
 from pipelines.message import Event, Reject  # noqa: F401
 
 TableKind = Literal["keyed", "append", "aggregate"]
@@ -39,30 +41,152 @@ _TEAM = re.compile(r"^team:[A-Za-z0-9_-]+$")
 _TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 
 
+class ViewDeprecation(DeprecationWarning):
+    """An older way of declaring a view: still runs, and the message names the replacement."""
+
+
+def deprecated(what: str, instead: str, stacklevel: int = 4) -> None:
+    warnings.warn(f"{what} is deprecated: {instead}", ViewDeprecation, stacklevel=stacklevel)
+
+
+def DECIMAL(precision: int, scale: int) -> str:  # noqa: N802 - named as the SQL type it stands for
+    """The column type of exact numbers with `precision` digits, `scale` of them after the point."""
+    return f"DECIMAL({precision},{scale})"
+
+
+INTEGER = "INTEGER"  # a 32-bit integer column (`int` alone is BIGINT)
+
+# the column type a Python class stands for in `Column(...)`
+_PYTHON_TYPES = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", date: "DATE",
+                 datetime: "TIMESTAMPTZ"}
+
+
 @dataclass(frozen=True)
-class Table:
-    """A read-store table of a view.
+class Column:
+    """A column of a view table: its type, what it holds, and the rules its values keep.
+
+        Column(DECIMAL(18, 2), not_null=True, min=0, doc="deposits minus withdrawals")
+
+    type: `str`, `int` (BIGINT), `INTEGER`, `float`, `bool`, `date`, `datetime` (TIMESTAMPTZ) or
+    `DECIMAL(p, s)`; a handler gets its values back as that Python type. The rules become the view's
+    Great Expectations suite: not_null, min/max (inclusive), one_of (the allowed values), unique."""
+
+    type: Any
+    doc: str = ""
+    not_null: bool = False
+    min: Any = None
+    max: Any = None
+    one_of: tuple[Any, ...] | None = None
+    unique: bool = False
+
+    @property
+    def sql_type(self) -> str:
+        sql_type = _PYTHON_TYPES.get(self.type, self.type)
+        if self.type is Decimal:
+            raise ValueError("Column(Decimal) needs a precision and scale: Column(DECIMAL(18, 2))")
+        if not isinstance(sql_type, str):
+            raise ValueError(f"unsupported column type {self.type!r}: str, int, INTEGER, float, bool, date, "
+                             "datetime or DECIMAL(p, s)")
+        return sql_type
+
+    def expectations(self, table: str, column: str) -> list["Expectation"]:
+        rules = []
+        if self.not_null:
+            rules.append(Expectation(table, "not_null", (column,)))
+        if self.unique:
+            rules.append(Expectation(table, "unique", (column,)))
+        if self.min is not None or self.max is not None:
+            rules.append(Expectation(table, "between", (column,), min_value=self.min, max_value=self.max))
+        if self.one_of is not None:
+            rules.append(Expectation(table, "in_set", (column,), value_set=tuple(self.one_of)))
+        return rules
+
+
+H = TypeVar("H")  # the handle a handler gets for the table (`tables[ORDERS]`): KeyedTable, StreamTable…
+
+
+@dataclass(frozen=True)
+class Table(Generic[H]):
+    """A read-store table of a view. Declare one with the constructor of its kind:
+
+        ORDERS = Table.per_stream("orders", key="order_id", columns={"status": Column(str, not_null=True)})
 
     kind:
       - ``keyed``: rows belong to one stream (``stream_key`` holds the stream id); handlers
-        get, put and delete them.
+        get, put and delete them. `Table.per_stream` is the common case, one row per stream, keyed by
+        the stream id: handlers read it as `row` and write it with `save(**changes)`.
       - ``append``: rows belong to one stream; handlers append rows and read the newest one
         (highest primary key), so the engine never loads a stream's whole history.
       - ``aggregate``: rows are shared across streams; handlers only add increments.
+
+    columns: name -> `Column`. unique: column groups whose values are unique together (one column's
+    uniqueness is `Column(unique=True)`). After construction `columns` holds each column's SQL type
+    and `descriptions` its doc.
     """
 
     name: str
-    columns: Mapping[str, str]
+    columns: Mapping[str, Any]  # name -> Column (or, the older form, its SQL type)
     primary_key: tuple[str, ...]
     kind: TableKind = "keyed"
     stream_key: str | None = None
-    descriptions: Mapping[str, str] = field(default_factory=dict)  # column -> what it holds (shown in the UI)
+    descriptions: Mapping[str, str] = field(default_factory=dict)  # the older form of Column(doc=...)
+    unique: tuple[tuple[str, ...], ...] = ()
+    rules: tuple["Expectation", ...] = field(default=(), init=False, compare=False)
+
+    @classmethod
+    def per_stream(cls, name: str, key: str, columns: Mapping[str, Column],
+                   unique: tuple[tuple[str, ...], ...] = ()) -> "Table[StreamTable]":
+        """One row per stream, keyed by the stream id in column `key` (a `str` column, added first when
+        `columns` does not declare it)."""
+        if key not in columns:
+            columns = {key: Column(str, not_null=True, doc="the stream id"), **columns}
+        return cls(name, columns, (key,), "keyed", key, unique=unique)
+
+    @classmethod
+    def keyed(cls, name: str, columns: Mapping[str, Column], key: tuple[str, ...], stream_key: str,
+              unique: tuple[tuple[str, ...], ...] = ()) -> "Table[KeyedTable]":
+        """Several rows per stream, by primary key `key` (which holds `stream_key`, the stream id)."""
+        return cls(name, columns, tuple(key), "keyed", stream_key, unique=unique)
+
+    @classmethod
+    def append(cls, name: str, columns: Mapping[str, Column], key: tuple[str, ...], stream_key: str,
+               unique: tuple[tuple[str, ...], ...] = ()) -> "Table[AppendTable]":
+        """Rows a stream appends with increasing keys; a handler reads the stream's newest."""
+        return cls(name, columns, tuple(key), "append", stream_key, unique=unique)
+
+    @classmethod
+    def aggregate(cls, name: str, columns: Mapping[str, Column], key: tuple[str, ...],
+                  unique: tuple[tuple[str, ...], ...] = ()) -> "Table[AggregateTable]":
+        """Rows shared by every stream, by `key`; handlers add increments to the other (number) columns."""
+        return cls(name, columns, tuple(key), "aggregate", unique=unique)
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "table")
+        if self.descriptions:
+            deprecated(f"table {self.name}: Table(descriptions=…)", "give each column its doc: Column(…, doc=…)")
+        typed_by_string = [c for c, spec in self.columns.items() if not isinstance(spec, Column)]
+        if typed_by_string:
+            deprecated(f"table {self.name}: column types as strings ({typed_by_string[0]}: "
+                       f"{self.columns[typed_by_string[0]]!r})",
+                       "declare Column(str), Column(int), Column(DECIMAL(18, 2)), … with doc= and rules")
+        specs = {c: spec if isinstance(spec, Column) else Column(spec) for c, spec in self.columns.items()}
+        object.__setattr__(self, "columns", {c: spec.sql_type for c, spec in specs.items()})
+        object.__setattr__(self, "descriptions", {**{c: s.doc for c, s in specs.items() if s.doc},
+                                                  **self.descriptions})
+        object.__setattr__(self, "primary_key", tuple(self.primary_key))
+        object.__setattr__(self, "unique", tuple(tuple(group) for group in self.unique))
+        column_rules = [rule for c, spec in specs.items() for rule in spec.expectations(self.name, c)]
+        group_rules = [Expectation(self.name, "unique", group) for group in self.unique]
+        object.__setattr__(self, "rules", (*column_rules, *group_rules))
         unknown = sorted(set(self.descriptions) - set(self.columns))
         if unknown:
             raise ValueError(f"table {self.name}: descriptions of unknown columns {unknown}")
+        unknown = sorted({c for group in self.unique for c in group} - set(self.columns))
+        if unknown:
+            raise ValueError(f"table {self.name}: unique names unknown columns {unknown}")
+        self._check_columns()
+
+    def _check_columns(self) -> None:
         for column, sql_type in self.columns.items():
             check_identifier(column, "column")
             if not _SQL_TYPE.match(sql_type):
@@ -307,6 +431,15 @@ class KeyedTable(Protocol):
     def all(self) -> list[dict]: ...
 
 
+class StreamTable(KeyedTable, Protocol):
+    """`tables.<name>` for a `Table.per_stream`: the stream's one row."""
+
+    @property
+    def row(self) -> dict | None: ...
+    def save(self, **changes: Any) -> None: ...
+    def delete(self, *key: Any) -> None: ...
+
+
 class AppendTable(Protocol):
     """`tables.<name>` for an append table: add rows with increasing keys; read the stream's newest."""
 
@@ -322,8 +455,9 @@ class AggregateTable(Protocol):
 
 @dataclass(frozen=True)
 class View:
-    """A projection. Handlers come from `handlers` (event type -> function) and from `@view.handles(...)`
-    (both kept in the view's `Handlers`, sealed once the view is loaded to run).
+    """A projection: its tables, the stream types it subscribes to, its policies, and its handlers, which
+    `@VIEW.on(...)` registers while the view's modules are imported (kept in the view's `Handlers`,
+    sealed once the view is loaded to run; `handlers={...}` is the older form).
 
     on_error: what a `Reject` does to its stream: `skip` (log it, go on) or `park` (the stream waits
     for `inorder retry`/`skip`). on_bug: the same for any other exception (a bug in the view):
@@ -360,7 +494,13 @@ class View:
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
-        object.__setattr__(self, "handlers", Handlers(self.name, self.handlers))  # its own: `handles` adds to it
+        if self.handlers and not isinstance(self.handlers, Handlers):
+            deprecated(f"view {self.name}: View(handlers={{…}})", "register each handler with @VIEW.on(EventClass) "
+                       "(or @VIEW.on('EventType') for an untyped payload)")
+        if self.expectations:
+            deprecated(f"view {self.name}: View(expectations=…)", "put the rules on the columns: Column(…, "
+                       "not_null=True, min=…, max=…, one_of=…, unique=True), and Table(unique=[…]) for groups")
+        object.__setattr__(self, "handlers", Handlers(self.name, self.handlers))  # its own: `on` adds to it
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "subscribes", tuple(self.subscribes))
         object.__setattr__(self, "expectations", tuple(self.expectations))
@@ -406,21 +546,42 @@ class View:
                 raise ValueError(f"view {self.name}: migration adds {migration.table}.{migration.column}, "
                                  "a primary key column: that needs a rebuild")
 
-    def handles(self, *event_types: str) -> Callable[[Handler], Handler]:
-        """Register the decorated function as the handler of these event types:
+    def on(self, *event_types: type | str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+        """Register the decorated function as the handler of these event types: event classes (a msgspec
+        Struct or dataclass: the handler gets the payload decoded into it) or, for untyped payloads,
+        event type names (the handler gets the `Event`).
 
-            @ORDERS.handles("OrderPlaced")
-            def placed(event: Event, tables: OrderTables) -> None: ...
+            @ORDERS.on(OrderPaid)
+            def paid(paid: OrderPaid, tables: Tables, event: Event) -> None: ...   # `event` is optional
         """
         if not event_types:
-            raise ValueError(f"view {self.name}: handles() needs at least one event type")
+            raise ValueError(f"view {self.name}: on() needs at least one event type")
+        for event_type in event_types:
+            if not (isinstance(event_type, str) or is_event_class(event_type)):
+                raise TypeError(f"view {self.name}: on({event_type!r}): an event type is a msgspec Struct or "
+                                "dataclass, or the name of an untyped event type")
 
-        def register(handler: Handler) -> Handler:
+        def register(function: Callable[..., None]) -> Callable[..., None]:
             for event_type in event_types:
-                self.handlers.add(event_type, handler)  # type: ignore[attr-defined]
-            return handler
+                if isinstance(event_type, str):
+                    self.handlers.add(event_type, function)  # type: ignore[attr-defined]
+                else:
+                    self.handlers.add(event_type_of(event_type), TypedHandler(function, event_type))  # type: ignore
+            return function
 
         return register
+
+    def handles(self, *event_types: str) -> Callable[[Handler], Handler]:
+        """The older name of `on` for event type names."""
+        deprecated(f"view {self.name}: @VIEW.handles(…)", "register with @VIEW.on(EventClass) or @VIEW.on('EventType')",
+                   3)
+        return self.on(*event_types)
+
+    @cached_property
+    def rules(self) -> tuple[Expectation, ...]:
+        """Every data-quality rule of the view: its tables' column rules and unique groups, then the
+        `expectations` declared the older way."""
+        return (*(rule for table in self.tables for rule in table.rules), *self.expectations)
 
     @cached_property
     def gap_timeout_us(self) -> int:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from pipelines import faults
 from pipelines.faults import crash_point
 from pipelines.store.database import Outcome
-from pipelines.view import Event, Table, View
+from pipelines.view import H, Event, Table, View
 
 # what `apply` returns: outcomes as plain strings (the walk counts by them per message)
 APPLIED, IGNORED, HANDLER_ERROR = Outcome.APPLIED.value, Outcome.IGNORED.value, Outcome.HANDLER_ERROR.value
@@ -84,8 +84,26 @@ class KeyedRows:
         self._journal.append((self.rows, key, self.rows.get(key, _MISSING)))
         self.rows[key] = row
 
+    @property
+    def row(self) -> dict | None:
+        """The stream's row of a table keyed by the stream id alone (`Table.per_stream`), or None."""
+        return self.get(self._own_key())
+
+    def save(self, **changes: Any) -> None:
+        """Write the stream's row (`Table.per_stream`): `changes` over its current values, the key filled in."""
+        key = self._own_key()
+        current = self.rows.get(key)
+        self.put({**current, **changes} if current is not None else {**changes, self._stream_key: key})
+
+    def _own_key(self) -> str:
+        if not self._single or self._key_cols[0] != self._stream_key:
+            raise TypeError(f"{self.table.name}: row and save() need a table keyed by the stream id alone "
+                            f"(Table.per_stream); its key is {list(self._key_cols)}: use get(*key) and put(row)")
+        return self.stream_id
+
     def delete(self, *key: Any) -> None:
-        k = self._lookup(key)
+        """Delete the row of `key`; with no key, the stream's row (`Table.per_stream`)."""
+        k = self._lookup(key) if key else self._own_key()
         if k in self.rows:
             self._journal.append((self.rows, k, self.rows[k]))
             del self.rows[k]
@@ -176,8 +194,9 @@ class Tables:
     def __init__(self, members: dict[str, Any]) -> None:
         self.__dict__.update(members)
 
-    def __getitem__(self, name: str) -> Any:
-        return self.__dict__[name]
+    def __getitem__(self, table: Table[H] | str) -> H:
+        """A table's handle, by its declaration (typed for editors: `tables[ORDERS].row`) or its name."""
+        return self.__dict__[table if isinstance(table, str) else table.name]
 
 
 class StreamApplier:

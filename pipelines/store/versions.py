@@ -2,8 +2,11 @@
 built its rows, and what a run does when they differ.
 
 The fingerprint covers what decides a view's rows: its table declarations (names, columns, types,
-keys, kinds), its subscriptions and policies, the source of its handlers and predicate, and the
-author's `version`. Expectations, alerts, owners and tags do not change a row, so they are left out.
+keys, kinds), its subscriptions and policies, the source of its handlers, their event classes and its
+predicate, the source of the modules that define them and of the modules of their own package that
+those import (a rule in a helper module changes the rows too), and the author's `version`. Expectations,
+alerts, owners and tags declared in the view do not change a row, but they are part of its module's
+source: editing the module counts as a change of code.
 
 `inorder.view_versions` holds one row per view: `fingerprint` built its rows (from the start, or from
 its last rebuild or migration); when a changed handler projects batches on top of them (the view's
@@ -15,12 +18,15 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import FunctionType, ModuleType
 from typing import Any, Callable, Literal, Sequence
 
 import duckdb
 
+from pipelines.events import TypedHandler
 from pipelines.store.layout import LIVE, Layout, drop_primary_key, transaction
 from pipelines.view import Table, View
 
@@ -49,14 +55,68 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _handler_source(handler: Callable) -> str:
+    """A handler's source; a typed handler's is its function's and its event class's."""
+    if isinstance(handler, TypedHandler):
+        return _source(handler.function) + _class_source(handler.event_class)
+    return _source(handler)
+
+
+def _class_source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return cls.__qualname__
+
+
+_ENGINE_PACKAGES = frozenset({"pipelines", "inorder"})  # an upgrade of inorder changes no view's logic
+
+
+def _defining_modules(view: View) -> set[str]:
+    """The modules that define the view's handlers, their event classes and its predicate."""
+    functions = [getattr(h, "function", h) for h in view.handlers.values()]
+    classes = [h.event_class for h in view.handlers.values() if isinstance(h, TypedHandler)]
+    named = [getattr(f, "func", f) for f in (*functions, view.predicate) if f is not None]
+    return {m for m in (getattr(x, "__module__", None) for x in (*named, *classes)) if isinstance(m, str)}
+
+
+def own_modules(view: View) -> list[ModuleType]:
+    """The modules whose source decides the view's rows: those that define its handlers, event classes and
+    predicate, and the modules of their own top-level package that they import, transitively (a helper in
+    `shop.views.fields` counts for `shop.views.orders`)."""
+    found: dict[str, ModuleType] = {}
+    queue = [sys.modules[name] for name in _defining_modules(view) if name in sys.modules]
+    while queue:
+        module = queue.pop()
+        top = module.__name__.split(".")[0]
+        if module.__name__ in found or top in _ENGINE_PACKAGES:
+            continue
+        found[module.__name__] = module
+        for value in list(vars(module).values()):
+            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None) \
+                if isinstance(value, (type, FunctionType)) else None
+            if isinstance(name, str) and name.split(".")[0] == top and name in sys.modules:
+                queue.append(sys.modules[name])
+    return [found[name] for name in sorted(found)]
+
+
+def _module_source(module: ModuleType) -> str:
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError):  # no file (a module built in memory): what can be seen of it
+        return module.__name__
+
+
 def code_parts(view: View) -> dict[str, str]:
-    """What of the view's code decides its rows, part by part (each a digest), so a change can be named."""
+    """What of the view's code decides its rows, part by part (each a digest), so a change can be named:
+    its subscriptions, policies, predicate, handlers, `version`, and the source of its own modules."""
     parts = {"subscribes": _digest(list(view.subscribes)),
              "policies": _digest([view.gap_timeout, view.max_pending, view.on_error, view.on_bug]),
              "predicate": _digest(_source(view.predicate)),
              "version": _digest(view.version)}
-    parts.update({f"handler {event_type}": _digest(_source(handler))
+    parts.update({f"handler {event_type}": _digest(_handler_source(handler))
                   for event_type, handler in sorted(view.handlers.items())})
+    parts.update({f"module {module.__name__}": _digest(_module_source(module)) for module in own_modules(view)})
     return parts
 
 
