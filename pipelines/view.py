@@ -131,6 +131,9 @@ class Table(Generic[H]):
     stream_key: str | None = None
     descriptions: Mapping[str, str] = field(default_factory=dict)  # the older form of Column(doc=...)
     unique: tuple[tuple[str, ...], ...] = ()
+    # each column's declaration, kept so that `dataclasses.replace` (which passes `columns` back as SQL
+    # types) keeps its docs and rules; set from `columns`, not given by hand
+    specs: Mapping[str, Column] = field(default_factory=dict, repr=False, compare=False)
     rules: tuple["Expectation", ...] = field(default=(), init=False, compare=False)
 
     @classmethod
@@ -162,17 +165,19 @@ class Table(Generic[H]):
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "table")
-        if self.descriptions:
+        specs = {c: self._spec(c, spec) for c, spec in self.columns.items()}
+        docs = {c: s.doc for c, s in specs.items() if s.doc}
+        if any(docs.get(c) != text for c, text in self.descriptions.items()):
             deprecated(f"table {self.name}: Table(descriptions=…)", "give each column its doc: Column(…, doc=…)")
-        typed_by_string = [c for c, spec in self.columns.items() if not isinstance(spec, Column)]
+        typed_by_string = [c for c, spec in self.columns.items() if not isinstance(spec, Column)
+                           and self.specs.get(c, Column(None)).type is None]
         if typed_by_string:
             deprecated(f"table {self.name}: column types as strings ({typed_by_string[0]}: "
                        f"{self.columns[typed_by_string[0]]!r})",
                        "declare Column(str), Column(int), Column(DECIMAL(18, 2)), … with doc= and rules")
-        specs = {c: spec if isinstance(spec, Column) else Column(spec) for c, spec in self.columns.items()}
+        object.__setattr__(self, "specs", specs)
         object.__setattr__(self, "columns", {c: spec.sql_type for c, spec in specs.items()})
-        object.__setattr__(self, "descriptions", {**{c: s.doc for c, s in specs.items() if s.doc},
-                                                  **self.descriptions})
+        object.__setattr__(self, "descriptions", {**docs, **self.descriptions})
         object.__setattr__(self, "primary_key", tuple(self.primary_key))
         object.__setattr__(self, "unique", tuple(tuple(group) for group in self.unique))
         column_rules = [rule for c, spec in specs.items() for rule in spec.expectations(self.name, c)]
@@ -185,6 +190,14 @@ class Table(Generic[H]):
         if unknown:
             raise ValueError(f"table {self.name}: unique names unknown columns {unknown}")
         self._check_columns()
+
+    def _spec(self, column: str, declared: Any) -> Column:
+        """A column's declaration: a `Column`, or a SQL type string, which keeps the docs and rules of the
+        declaration it came from when it is that declaration's type (a `replace` of the table)."""
+        if isinstance(declared, Column):
+            return declared
+        kept = self.specs.get(column)
+        return kept if kept is not None and kept.sql_type == declared else Column(declared)
 
     def _check_columns(self) -> None:
         for column, sql_type in self.columns.items():
