@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -16,6 +17,7 @@ from pipelines import faults
 from pipelines.observe.status import plural
 from pipelines.store.database import COUNTED, Home
 from pipelines.store.versions import ViewSetMismatch
+from pipelines.view import ViewDeprecation
 
 if TYPE_CHECKING:  # importing it loads Dagster, which only `run` needs
     from inorder.dagster_runs import CliRun
@@ -637,11 +639,28 @@ def _spark_command(command, as_json: dict) -> None:
     k.set_defaults(func=cmd_spark)
 
 
+def _with_older_declarations_said(command) -> None:
+    """Run `command`, saying on stderr, one line each, the older view declarations its views use (with their
+    replacement): Python shows a DeprecationWarning to nobody by default, and a view module is imported, so
+    each is said, once per command."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if not issubclass(category, ViewDeprecation):
+            return shown(message, category, filename, lineno, file, line)
+        print(f"inorder: note: {Path(filename).name}:{lineno}: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", ViewDeprecation)
+        warnings.showwarning = show
+        command()
+
+
 def main(argv: list[str] | None = None) -> int:
     faults.arm()  # the crash sweep's crash points (pipelines/faults.py): nothing when INORDER_CRASH_AT is unset
     args = parser().parse_args(argv)
     try:
-        args.func(args)
+        _with_older_declarations_said(lambda: args.func(args))
     except KeyboardInterrupt:
         print("inorder: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,332 @@
+"""The view author's API of issue 26, in memory (no Spark): typed events decoded once and refused by field,
+a stream's own row, columns that carry their rules, one registration style with the older ones warning,
+and a fingerprint that sees the view's own helper modules."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import textwrap
+import warnings
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Annotated
+
+import duckdb
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inorder import DECIMAL, INTEGER, Check, Column, Event, Reject, Table, View, replay
+from pipelines.store.versions import code_parts
+from pipelines.view import Expectation, HandlerRegistrationClosed, ViewDeprecation, between, in_set, not_null, unique
+
+
+class Opened(msgspec.Struct):
+    owner: Annotated[str, msgspec.Meta(min_length=1)]
+    opened_on: date
+
+
+class Paid(msgspec.Struct):
+    amount: Annotated[Decimal, Check(gt=0, places=2)]
+    at: datetime
+
+
+class Renamed(msgspec.Struct):
+    __event_type__ = "owner-renamed"  # the feed's spelling
+    owner: str
+
+
+ACCOUNTS = Table.per_stream("accounts", key="account_id", columns={
+    "owner": Column(str, not_null=True, doc="who opened it"),
+    "opened_on": Column(date),
+    "balance": Column(DECIMAL(12, 2), not_null=True, min=0),
+    "last_paid_at": Column(datetime),
+    "payments": Column(INTEGER, min=0),
+    "status": Column(str, one_of=("open", "closed")),
+})
+
+
+def _bank() -> View:
+    bank = View(name="bank_api", tables=(ACCOUNTS,), subscribes=("account",))
+
+    @bank.on(Opened)
+    def opened(e: Opened, tables) -> None:
+        if tables.accounts.row is not None:
+            raise Reject("already open")
+        tables.accounts.save(owner=e.owner, opened_on=e.opened_on, balance=Decimal("0.00"), payments=0,
+                             status="open")
+
+    @bank.on(Paid)
+    def paid(e: Paid, tables, event: Event) -> None:  # the envelope as a third parameter
+        row = tables[ACCOUNTS].row
+        if row is None:
+            raise Reject(f"{event.stream_id} is not open")
+        tables[ACCOUNTS].save(balance=row["balance"] + e.amount, last_paid_at=e.at, payments=row["payments"] + 1)
+
+    @bank.on(Renamed)
+    def renamed(e: Renamed, tables) -> None:
+        tables.accounts.save(owner=e.owner)
+
+    @bank.on("Closed")  # an untyped payload: the handler gets the Event
+    def closed(event: Event, tables) -> None:
+        assert isinstance(event, Event)
+        tables.accounts.delete()
+
+    return bank
+
+
+def _record(stream: str, seq: int, event_type: str, payload) -> dict:
+    return {"stream_id": stream, "stream_type": "account", "seq": seq, "type": event_type, "payload": payload}
+
+
+def test_a_typed_handler_gets_its_payload_decoded_with_exact_types():
+    result = replay(_bank(), [
+        _record("a1", 1, "Opened", {"owner": "ann", "opened_on": "2026-11-02"}),
+        _record("a1", 2, "Paid", {"amount": 0.1, "at": "2026-11-03T10:00:00Z"}),
+        _record("a1", 3, "Paid", {"amount": 0.2, "at": "2026-11-04T10:00:00+01:00"}),
+        _record("a1", 4, "owner-renamed", {"owner": "anne"}),
+    ])
+    assert result.errors == []
+    (row,) = result.tables["accounts"]
+    assert row["balance"] == Decimal("0.30") and type(row["balance"]) is Decimal  # exact: 0.1 + 0.2
+    assert row["opened_on"] == date(2026, 11, 2)
+    assert row["last_paid_at"] == datetime(2026, 11, 4, 9, 0, tzinfo=timezone.utc)
+    assert (row["account_id"], row["owner"], row["payments"], row["status"]) == ("a1", "anne", 2, "open")
+
+
+@pytest.mark.parametrize("payload, field, words", [
+    ({"owner": "ann"}, "opened_on", "missing required field"),
+    ({"owner": "", "opened_on": "2026-11-02"}, "owner", "length"),
+    ({"owner": 5, "opened_on": "2026-11-02"}, "owner", "Expected `str`"),
+    ({"owner": "ann", "opened_on": "not a day"}, "opened_on", "Invalid"),
+])
+def test_an_opening_that_does_not_fit_its_type_is_a_reject_naming_the_field(payload, field, words):
+    result = replay(_bank(), [_record("a1", 1, "Opened", payload)])
+    (error,) = result.errors
+    assert (error["kind"], error["error_class"], error["exception_type"]) == ("handler_error", "reject", "Reject")
+    assert error["message"].startswith("Opened: ") and field in error["message"] and words in error["message"]
+    assert result.tables["accounts"] == []
+
+
+@pytest.mark.parametrize("amount, problem", [
+    (0, "`amount` must be > 0, got 0"),
+    (-5, "`amount` must be > 0, got -5"),
+    (1.005, "`amount` must have at most 2 decimal places, got 1.005"),
+    ("ten", "Invalid decimal string - at `$.amount`"),
+    (None, "Expected `decimal`, got `null` - at `$.amount`"),
+])
+def test_a_payment_check_refuses_by_field(amount, problem):
+    result = replay(_bank(), [_record("a1", 1, "Opened", {"owner": "ann", "opened_on": "2026-11-02"}),
+                              _record("a1", 2, "Paid", {"amount": amount, "at": "2026-11-03T10:00:00Z"})])
+    (error,) = result.errors
+    assert error["error_class"] == "reject" and error["message"] == f"Paid: {problem}"
+    assert result.tables["accounts"][0]["balance"] == Decimal("0.00")
+
+
+def test_a_payload_that_is_not_an_object_is_a_reject_not_a_bug():
+    result = replay(_bank(), [_record("a1", 1, "Opened", [1, 2]), _record("a2", 1, "Opened", None)])
+    assert [(e["stream_id"], e["error_class"]) for e in result.errors] == [("a1", "reject"), ("a2", "reject")]
+
+
+@given(st.decimals(min_value=Decimal("-1000"), max_value=Decimal("1000"), places=3, allow_nan=False))
+@settings(max_examples=60, deadline=None)
+def test_check_accepts_exactly_positive_amounts_with_two_places(amount):
+    paid = ('{"stream_id": "a1", "stream_type": "account", "seq": 2, "type": "Paid", '
+            f'"payload": {{"amount": {amount}, "at": "2026-11-03T10:00:00Z"}}}}')  # the JSON number as written
+    result = replay(_bank(), [_record("a1", 1, "Opened", {"owner": "ann", "opened_on": "2026-11-02"}), paid])
+    fits = amount > 0 and amount == amount.quantize(Decimal("0.01"))
+    assert (result.errors == []) is fits
+    assert result.tables["accounts"][0]["balance"] == (amount if fits else Decimal("0.00"))
+
+
+def test_the_stream_row_is_saved_with_its_key_and_deleted():
+    result = replay(_bank(), [_record("a1", 1, "Opened", {"owner": "ann", "opened_on": "2026-11-02"}),
+                              _record("a2", 1, "Opened", {"owner": "bob", "opened_on": "2026-11-02"}),
+                              _record("a2", 2, "Closed", {})])
+    assert [r["account_id"] for r in result.tables["accounts"]] == ["a1"]
+
+
+def test_row_and_save_are_refused_on_a_table_not_keyed_by_the_stream_alone():
+    lines = Table.keyed("lines", columns={"order_id": Column(str), "line": Column(int), "sku": Column(str)},
+                        key=("order_id", "line"), stream_key="order_id")
+    view = View(name="lines_api", tables=(lines,), subscribes=("order",))
+
+    @view.on("Added")
+    def added(event: Event, tables) -> None:
+        tables.lines.save(sku="x")
+
+    result = replay(view, [{"stream_id": "o1", "stream_type": "order", "seq": 1, "type": "Added", "payload": {}}])
+    (error,) = result.errors
+    assert error["error_class"] == "bug" and error["exception_type"] == "TypeError"
+    assert "Table.per_stream" in error["message"] and "get(*key) and put(row)" in error["message"]
+
+
+def test_columns_carry_their_rules_and_docs_as_the_older_expectations_did():
+    assert ACCOUNTS.columns == {"account_id": "VARCHAR", "owner": "VARCHAR", "opened_on": "DATE",
+                                "balance": "DECIMAL(12,2)", "last_paid_at": "TIMESTAMPTZ", "payments": "INTEGER",
+                                "status": "VARCHAR"}
+    assert ACCOUNTS.primary_key == ("account_id",) and ACCOUNTS.stream_key == "account_id"
+    assert ACCOUNTS.descriptions == {"account_id": "the stream id", "owner": "who opened it"}
+    older = [*not_null("accounts", "account_id", "owner", "balance"), between("accounts", "balance", 0),
+             between("accounts", "payments", 0), in_set("accounts", "status", ("open", "closed"))]
+    assert sorted(ACCOUNTS.rules, key=repr) == sorted(older, key=repr)
+    pair = Table.keyed("pairs", columns={"a": Column(str), "b": Column(int, unique=True)}, key=("a", "b"),
+                       stream_key="a", unique=(("a", "b"),))
+    assert set(pair.rules) == {unique("pairs", "b"), unique("pairs", "a", "b")}
+    assert _bank().rules == ACCOUNTS.rules
+
+
+def test_replace_keeps_the_columns_declarations():
+    renamed = dataclasses.replace(ACCOUNTS, name="accounts_copy")
+    assert renamed.descriptions == ACCOUNTS.descriptions
+    assert [dataclasses.replace(r, table="accounts") for r in renamed.rules] == list(ACCOUNTS.rules)
+
+
+def test_the_expectations_suite_is_built_from_the_columns():
+    from pipelines.observe.expectations import validate_view_on_pandas
+
+    con = duckdb.connect()
+    con.execute(ACCOUNTS.ddl())
+    con.execute("INSERT INTO accounts VALUES ('a1', 'ann', NULL, 5, NULL, 1, 'open'), "
+                "('a2', 'bob', NULL, -1, NULL, 0, 'frozen')")
+    evaluated, failures = validate_view_on_pandas(con, _bank())
+    assert evaluated == len(ACCOUNTS.rules)
+    failed = sorted(str(f) for f in failures)
+    assert len(failed) == 2 and any("balance" in f for f in failed) and any("status" in f for f in failed)
+
+
+@pytest.mark.parametrize("declare, replacement", [
+    (lambda: Table("t", columns={"k": "VARCHAR"}, primary_key=("k",), stream_key="k"), "Column(str)"),
+    (lambda: Table("t", columns={"k": Column(str)}, primary_key=("k",), stream_key="k", descriptions={"k": "x"}),
+     "Column(…, doc=…)"),
+    (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",), handlers={"X": lambda e, t: None}),
+     "@VIEW.on(EventClass)"),
+    (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",),
+                  expectations=(Expectation("accounts", "not_null", ("owner",)),)), "Column(…, not_null=True"),
+    (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",)).handles("X"), "@VIEW.on("),
+])
+def test_each_older_declaration_warns_naming_its_replacement(declare, replacement):
+    with pytest.warns(ViewDeprecation, match="is deprecated") as caught:
+        declare()
+    assert any(replacement in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_the_new_declarations_warn_of_nothing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _bank()
+
+
+def test_on_takes_event_classes_or_names_only_and_not_after_the_view_is_sealed():
+    view = View(name="sealed_api", tables=(ACCOUNTS,), subscribes=("account",))
+    with pytest.raises(TypeError, match="msgspec Struct or dataclass"):
+        view.on(dict)
+    with pytest.raises(ValueError, match="needs at least one event type"):
+        view.on()
+    view.handlers.seal()
+    with pytest.raises(HandlerRegistrationClosed):
+        view.on(Opened)(lambda e, tables: None)
+
+
+def test_a_dataclass_is_an_event_type_too():
+    @dataclasses.dataclass
+    class Noted:
+        owner: str
+
+    view = View(name="dc_api", tables=(ACCOUNTS,), subscribes=("account",))
+
+    @view.on(Noted)
+    def noted(e: Noted, tables) -> None:
+        tables.accounts.save(owner=e.owner, balance=Decimal(0))
+
+    result = replay(view, [_record("a1", 1, "Noted", {"owner": "cy"}), _record("a2", 1, "Noted", {"owner": 1})])
+    assert [r["owner"] for r in result.tables["accounts"]] == ["cy"]
+    assert [e["error_class"] for e in result.errors] == ["reject"]
+
+
+# -- the fingerprint sees the view's own modules ------------------------------------------------------------
+
+VIEW_MODULE = '''
+from decimal import Decimal
+import msgspec
+from inorder import Column, DECIMAL, Table, View
+from {package}.rules import fee_of
+
+FEES = Table.per_stream("fees_fp", key="account_id", columns={{"fee": Column(DECIMAL(12, 2))}})
+VIEW = View(name="fees_fp", tables=(FEES,), subscribes=("account",))
+
+
+class Charged(msgspec.Struct):
+    amount: Decimal
+
+
+@VIEW.on(Charged)
+def charged(e: Charged, tables) -> None:
+    tables.fees_fp.save(fee=fee_of(e.amount))
+'''
+
+
+def _load(root, package: str, rule: str):
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        del sys.modules[name]
+    (root / package).mkdir(exist_ok=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "rules.py").write_text(textwrap.dedent(f'''
+        from decimal import Decimal
+        def fee_of(amount):
+            return {rule}
+    '''))
+    (root / package / "fees.py").write_text(VIEW_MODULE.format(package=package))
+    importlib.invalidate_caches()
+    return importlib.import_module(f"{package}.fees").VIEW
+
+
+def test_a_changed_rule_in_a_helper_module_changes_the_fingerprint(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    def parts(rule: str) -> dict[str, str]:  # taken at once: a fingerprint reads the modules loaded now
+        return code_parts(_load(tmp_path, "fp_views", rule))
+
+    before, same = parts("amount * Decimal('0.01')"), parts("amount * Decimal('0.01')")
+    # a different length too: Python's bytecode cache and linecache tell files apart by size and mtime,
+    # and the files are written within one second
+    changed = parts("amount * Decimal('0.025')")
+    assert before == same
+    moved = [name for name, digest in changed.items() if before.get(name) != digest]
+    assert moved == ["module fp_views.rules"]  # the handler and the view's module are as they were
+    assert "module fp_views.fees" in changed
+    assert not any(part.startswith(("module pipelines", "module inorder")) for part in changed)
+
+
+OLDER_MODULE = '''
+from pipelines.view import Event, Table, View, not_null
+
+NOTES = Table("notes_old", columns={"note_id": "VARCHAR", "text": "VARCHAR"}, primary_key=("note_id",),
+              stream_key="note_id")
+
+
+def noted(event: Event, tables) -> None:
+    tables.notes_old.put({"note_id": event.stream_id, "text": event.payload["text"]})
+
+
+VIEW = View(name="notes_old", tables=(NOTES,), subscribes=("note",), handlers={"Noted": noted},
+            expectations=(*not_null("notes_old", "text"),))
+'''
+
+
+def test_the_cli_runs_an_older_module_and_says_each_older_declaration_once(tmp_path):
+    import os
+    import subprocess
+
+    (tmp_path / "older_views.py").write_text(OLDER_MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run([sys.executable, "-m", "inorder.cli", "init", str(tmp_path / "home"), "--views",
+                           "older_views"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if line.startswith("inorder: note: older_views.py:")]
+    assert len(notes) == 3, done.stderr  # string column types, handlers={…}, expectations=…
+    assert all("is deprecated" in line for line in notes)
+    assert any("Column(str)" in line for line in notes) and any("@VIEW.on(EventClass)" in line for line in notes)
+    assert "created the inorder home" in done.stdout
