@@ -38,7 +38,8 @@ from pipelines.spark.settings import DEFAULT_CONF, QUIET_LOG4J, debugging, env_c
 
 # the engine's package runs on executors (the walk), beside the view modules (their handlers; see
 # pipelines/registry.py); nothing there imports Dagster
-ENGINE_PACKAGE = "pipelines"
+# the engine, and the package of the view author's one import (`from inorder import …`, inorder/__init__.py)
+ENGINE_PACKAGES = ("pipelines", "inorder")
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 # what the JVM and Spark print on the JVM's stderr as it starts, whatever log4j says (INORDER_DEBUG=1 shows it)
 JVM_START_NOTICE = re.compile(rb"^(WARNING: Using incubator modules|Setting default log level|To adjust logging level)")
@@ -328,11 +329,11 @@ def files_shared(spark: SparkSession, scratch_set: bool) -> bool:
 
 
 def executor_sources() -> list[Path]:
-    """The engine's package folder and the view modules' top-level packages (or single files)."""
+    """The engine's package folders and the view modules' top-level packages (or single files)."""
     from pipelines.registry import module_sources
 
-    engine = Path(importlib.import_module(ENGINE_PACKAGE).__file__).resolve().parent
-    return list(dict.fromkeys([engine, *module_sources()]))
+    engine = [Path(importlib.import_module(name).__file__).resolve().parent for name in ENGINE_PACKAGES]
+    return list(dict.fromkeys([*engine, *module_sources()]))
 
 
 def code_zip() -> Path:
