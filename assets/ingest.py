@@ -21,6 +21,7 @@ from pipelines.view import View
 from resources import HomeResource
 
 REJECTED_BATCHES = "rejected_batches"  # the Failure's metadata: each rejected batch's own metadata (JSON)
+FILE_NOT_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "file_not_rejected")  # one verdict per partition
 
 
 def batch_metadata(home: Home, views: Sequence[View], result: IngestResult) -> dict:
@@ -59,6 +60,19 @@ def rejection_next_step(archived: list[str], by_cli: bool) -> str:
     return f"{step}; the batches this run archived ({', '.join(archived)}) are not lost: {projects}."
 
 
+def file_verdict(key: str, metadata: dict, next_step: str) -> dg.AssetCheckEvaluation:
+    """`file_not_rejected` on the batch's own partition, where the UI shows a partition's reason: Dagster 1.13's
+    partition panel shows only materialisations, and a rejected batch has none (docs/DAGSTER.md)."""
+    reason = metadata.get("rejected_reason")
+    if reason is None:
+        return dg.AssetCheckEvaluation(asset_key=FILE_NOT_REJECTED.asset_key, check_name=FILE_NOT_REJECTED.name,
+                                       passed=True, partition=key, metadata=metadata)
+    return dg.AssetCheckEvaluation(
+        asset_key=FILE_NOT_REJECTED.asset_key, check_name=FILE_NOT_REJECTED.name, passed=False, partition=key,
+        description=f"batch {key} was rejected: {reason.value.rstrip('.')}. {next_step}",
+        metadata={**metadata, "next_step": dg.MetadataValue.text(next_step)})
+
+
 def event_batches_asset(views: Sequence[View]) -> dg.AssetsDefinition:
     """`event_batches`, routing the batches' records to these views."""
     with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13 (pinned): not the users' concern
@@ -83,24 +97,25 @@ def _ingest(context: dg.AssetExecutionContext, home: Home, views: Sequence[View]
         context.log.info(f"ingest {i}/{len(keys)} {key}: {result.status}, {result.records} records, "
                          f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
     crash_point("dagster.ingested")  # every batch of the run archived or rejected, none projected yet
+    next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
+    for key in keys:
+        context.log_event(file_verdict(key, archived.get(key) or rejected[key], next_step))
     if not rejected:
         for key, metadata in archived.items():
             context.add_asset_metadata(metadata, partition_key=key)
         return
-    _fail_rejected(context, archived, rejected)
+    _fail_rejected(context, archived, rejected, next_step)
 
 
-def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict) -> None:
+def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict, next_step: str) -> None:
     """A rejected file fails its partition, never shows as a green batch: the step fails, and only the
     batches it archived are materialised (the failure marks the others of the run failed); the
-    partition keeps its reason as an observation (the asset's events; the partition panel shows only
-    materialisations, docs/DAGSTER.md)."""
+    partition keeps its reason in its `file_not_rejected` verdict and as an observation (the asset's events)."""
     for key, metadata in archived.items():
         context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
     for key, metadata in rejected.items():
         context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata))
     reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
-    next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
     raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False, metadata={
         REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}
                                                  for key, m in rejected.items()}),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import dagster as dg
 
+from assets.ingest import FILE_NOT_REJECTED
 from assets.tags import STORE_TAGS
 from assets.targets import INGEST_AND_PROJECT, PROJECT
 from assets.views import PUBLISH, REBUILD_CONFIG, action_config
@@ -31,6 +32,8 @@ class Jobs(NamedTuple):
 def build_jobs(views: Sequence[View], event_batches: dg.AssetsDefinition, projections: dg.AssetsDefinition) -> Jobs:
     projection = dg.AssetSelection.assets(projections)  # the views, and the error and gap logs
     selected_views = dg.AssetSelection.assets(*(v.name for v in views))
+    # the ingest step records each partition's file_not_rejected itself
+    ingest = dg.AssetSelection.assets(event_batches) - dg.AssetSelection.checks(FILE_NOT_REJECTED)
 
     def on_views(name: str, config: dict, description: str) -> UnresolvedAssetJobDefinition:
         """A job that materialises the views selected in its run (one or several: `asset_selection`, or
@@ -43,11 +46,11 @@ def build_jobs(views: Sequence[View], event_batches: dg.AssetsDefinition, projec
         # a rejected file fails that run and its own partition, never the views' checks, and
         # `project_after_rejection` (assets/sensors.py) projects what the run archived.
         dg.define_asset_job(
-            INGEST_AND_PROJECT, selection=dg.AssetSelection.assets(event_batches) | projection, tags=STORE_TAGS,
+            INGEST_AND_PROJECT, selection=ingest | projection, tags=STORE_TAGS,
             description="Ingest new landing batches (a range of event_batches partitions), then project every view"),
         # Ingesting alone (a backfill of event_batches, or by hand): `project_after_ingest` projects after each success.
         dg.define_asset_job(
-            "ingest_batch", selection=dg.AssetSelection.assets(event_batches), tags=STORE_TAGS,
+            "ingest_batch", selection=ingest, tags=STORE_TAGS,
             description="Ingest landing batches (partitions of event_batches) without projecting"),
         dg.define_asset_job(
             PROJECT, selection=projection, tags=STORE_TAGS,

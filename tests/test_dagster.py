@@ -12,6 +12,7 @@ import pytest
 
 from assets import build_layer
 from assets.checks import view_checks
+from assets.ingest import FILE_NOT_REJECTED
 from assets.tags import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
 from inorder.definitions import build_definitions
 from pipelines.facade import ingest_batch
@@ -54,7 +55,8 @@ def test_asset_graph_has_the_expected_keys_and_checks():
     assert keys == {"event_batches", "accounts", "account_activity", "daily_totals", "errors", "gaps"}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {(v.name, n) for v in BANK_VIEWS for n in VIEW_CHECKS} | {
-        ("event_batches", "no_new_rejected_files"), ("event_batches", "no_unrouted_records")}
+        ("event_batches", "file_not_rejected"), ("event_batches", "no_new_rejected_files"),
+        ("event_batches", "no_unrouted_records")}
     for view in BANK_VIEWS:
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
     assert {"ingest_and_project", "ingest_batch", "project_views", "rebuild_view"} <= \
@@ -493,6 +495,10 @@ def test_the_logs_column_schemas_are_the_stores_columns(tmp_path):
             assert shown == stored and all(c.description for c in schema)
 
 
+def checks_named(run: dg.ExecuteInProcessResult, name: str) -> list:
+    return [c for c in run.get_asset_check_evaluations() if c.check_name == name]
+
+
 def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):
     no_new_rejected_files = next(c for c in ALL_CHECKS if c.check_keys == {dg.AssetCheckKey(
         dg.AssetKey("event_batches"), "no_new_rejected_files")})
@@ -519,17 +525,26 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     assert data.metadata["status"].value == "rejected" and data.metadata["rejected_reason"].value
     error = failure.step_failure_data.error  # the Failure itself: no exception of inorder's behind it
     assert error.cls_name == "Failure" and error.cause is None and error.context is None
-    # the reason is on the failed partition, where the UI's partition panel shows it
+    # the reason is on the failed partition: its file_not_rejected verdict (the UI's check partitions) and an
+    # observation (the asset's events)
     (record,) = instance.fetch_observations(dg.AssetRecordsFilter(
         asset_key=dg.AssetKey("event_batches"), asset_partitions=["bad"]), limit=10).records
     assert record.asset_observation.metadata["rejected_reason"].value in data.description
+    verdicts = {r.partition: r for r in instance.event_log_storage.get_asset_check_execution_history(
+        FILE_NOT_REJECTED, limit=10)}
+    assert set(verdicts) == {"good", "bad"} and verdicts["good"].status.value == "SUCCEEDED"
+    assert verdicts["bad"].status.value == "FAILED" and verdicts["bad"].run_id == bad.run_id
+    verdict = verdicts["bad"].evaluation
+    assert verdict.description == data.description
+    assert verdict.metadata["rejected_reason"].value == data.metadata["rejected_reason"].value
+    assert verdict.metadata["next_step"].value.startswith("Next: fix the file and drop it into the landing folder")
     # the next batch's check reports the rejection since it last ran, once
     later = ingest("later")
-    (check,) = later.get_asset_check_evaluations()
+    (check,) = checks_named(later, "no_new_rejected_files")
     assert not check.passed and check.metadata["new_rejected_files"].value == 1 and "`bad`" in \
         check.metadata["rejected"].value
     assert instance.get_materialized_partitions(dg.AssetKey("event_batches")) == {"good", "later"}
-    (again,) = ingest("later").get_asset_check_evaluations()
+    (again,) = checks_named(ingest("later"), "no_new_rejected_files")
     assert again.passed
 
 
@@ -591,6 +606,10 @@ def test_one_run_ingests_a_range_and_a_rejected_file_fails_only_its_partition(tm
         failure.step_failure_data.user_failure_data.description
     assert failure.step_failure_data.user_failure_data.description.endswith(
         "; the batches this run archived (b1, b3) are not lost: the `project_after_rejection` sensor projects them.")
+    verdicts = {r.partition: r.evaluation for r in instance.event_log_storage.get_asset_check_execution_history(
+        FILE_NOT_REJECTED, limit=10) if r.run_id == run.run_id}
+    assert {key: v.passed for key, v in verdicts.items()} == {"b1": True, "b2": False, "b3": True}
+    assert verdicts["b2"].description == failure.step_failure_data.user_failure_data.description
     with Store.open(home, BANK_VIEWS) as store:
         assert store.con.execute("SELECT batch_id, status FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == [
             ("b1", "archived"), ("b2", "rejected"), ("b3", "archived")]

@@ -3,7 +3,8 @@ what the demo designs, gaps that leave streams blocked, and a landing file no re
 landing sensor ingests the files in one run, which the bad file fails (a second run projects the good
 ones); a materialisation of all assets is launched from the UI; the page must show the red reject-rate
 check beside green ones, with its reasons and the command to run next, the expectations suite as a
-table, the failed partition of the rejected batch with its reason, and the blocked-streams table.
+table, the failed partition of the rejected batch with its reason (its `file_not_rejected` verdict, in the check's
+partitions), and the blocked-streams table.
 Screenshots go to $INORDER_SCREENSHOTS (default .inorder/screenshots)."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.ingest import FILE_NOT_REJECTED
 from inorder.dagster_runs import dagster_home
 from pipelines.store.database import Home
 from demos.bank import GeneratorConfig, generate
@@ -166,6 +168,12 @@ def _check(instance: dg.DagsterInstance, view: str, name: str):
     return instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
 
 
+def _verdict(instance: dg.DagsterInstance, partition: str):
+    """The newest file_not_rejected evaluation of one event_batches partition."""
+    return next(r.evaluation for r in instance.event_log_storage.get_asset_check_execution_history(
+        FILE_NOT_REJECTED, limit=50) if r.partition == partition and r.evaluation)
+
+
 def test_the_ui_shows_what_is_wrong_and_where(dagster_dev):
     from playwright.sync_api import expect, sync_playwright
 
@@ -201,6 +209,15 @@ def test_the_ui_shows_what_is_wrong_and_where(dagster_dev):
             expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
             expect(page.get_by_text("Materialized (2)", exact=True)).to_be_visible()
             page.screenshot(path=str(SCREENSHOTS / "event_batches-partitions.png"), full_page=True)
+            # the reason is on that partition: its file_not_rejected verdict, red, with the reason and what to do
+            page.goto(f"{url}/assets/event_batches?view=checks&checkDetail=file_not_rejected", wait_until="networkidle")
+            page.locator("button[role=tab]", has_text="Partitions").click(timeout=30_000)  # the check's tab
+            page.get_by_text(BROKEN, exact=True).first.click(timeout=30_000)
+            verdict = _verdict(instance, BROKEN)
+            assert not verdict.passed and verdict.description.startswith(f"batch {BROKEN} was rejected: "), verdict
+            for text in (verdict.description, "rejected_reason", verdict.metadata["rejected_reason"].value):
+                expect(page.get_by_text(text, exact=True).first).to_be_visible(timeout=30_000)
+            page.screenshot(path=str(SCREENSHOTS / "event_batches-rejected-partition.png"), full_page=True)
             page.goto(f"{url}/runs/{failed[0].run_id}", wait_until="networkidle")
             expect(page.get_by_text(f"batch {BROKEN} was rejected").first).to_be_visible(timeout=30_000)
             page.screenshot(path=str(SCREENSHOTS / "rejected-run.png"), full_page=True)
