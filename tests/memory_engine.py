@@ -4,8 +4,9 @@ time, one run per entry as `inorder run` would (or several entries a pass), with
 in the store carried from one entry to the next.
 
 It runs the engine's own inspection (`pipelines/engine/normalise.py`), walk (`pipelines/engine/order.py`)
-and apply code; the pass and the commit are re-done here over dicts, with the engine's rules of which
-buffered streams a pass walks and of the ledger's `pending` (`pipelines/engine/rules.py`).
+and apply code; a view's pass and commit over dicts are the test kit's (`pipelines.testing.ViewState`, with
+the engine's rule of which buffered streams a pass walks), and the logs and ledger are kept here, with the
+engine's rule of the ledger's `pending` (`pipelines/engine/rules.py`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from pipelines.engine.normalise import InspectedBatch, RejectedFile, SourceMapping, inspect_file
-from pipelines.engine.order import HandlerBugFailure, NotParked, PassEntry, PassOutput, StreamState, walk_stream
-from pipelines.engine.rules import buffer_is_due, running_pending
+from pipelines.engine.order import HandlerBugFailure, NotParked, PassEntry
+from pipelines.engine.rules import running_pending
 from pipelines.message import Message
 from pipelines.store.database import OUTCOME_COLUMNS, us_from_utc
-from pipelines.testing import aggregate_rows
+from pipelines.testing import ViewState
 from pipelines.view import View
 
 __all__ = ["HandlerBugFailure", "ReplayEntry", "ReplayedStore", "replay_entries"]
@@ -62,20 +63,6 @@ class ReplayedStore:
     refused: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-class _ViewState:
-    """One view's part of the store between entries: per stream its state and buffer, its rows."""
-
-    def __init__(self, view: View) -> None:
-        self.view = view
-        self.watermarks: dict[str, dict] = {}  # stream -> its watermark as the walk emitted it
-        self.skipped: dict[str, list[tuple[int, int]]] = {}  # stream -> the gap ranges logged for it
-        self.pending: dict[str, list[Message]] = {}
-        self.updated: dict[str, tuple[int, int | None]] = {}  # stream -> (updated_entry, prev_last_seq)
-        self.keyed: dict[str, dict[str, list[dict]]] = {t.name: {} for t in view.tables if t.kind == "keyed"}
-        self.appended: dict[str, list[dict]] = {t.name: [] for t in view.tables if t.kind == "append"}
-        self.sums: dict[str, dict] = {}
-
-
 @dataclass(frozen=True)
 class _Projected:
     """An entry of the ingest log as a pass projects it: its messages by stream, its ledger's base counts,
@@ -96,7 +83,8 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
     several (each stream walks them all at once; an operator's action is checked once what came before
     it is committed)."""
     mapping = mapping or SourceMapping()
-    states = {v.name: _ViewState(v) for v in views}
+    states = {v.name: ViewState(v, mapping.first_seq) for v in views}
+    updated: dict[str, dict[str, tuple[int, int | None]]] = {v.name: {} for v in views}  # see _project_pass
     subscribed = {t for v in views for t in v.subscribes}
     store = ReplayedStore()
     seen: set[str] = set()
@@ -107,7 +95,7 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
         for view in views:
             mine = [w for w in waiting if w.target_view in (None, view.name)]
             if mine:
-                _project_pass(states[view.name], mine, store, mapping.first_seq)
+                _project_pass(states[view.name], updated[view.name], mine, store)
         waiting.clear()
 
     for e in entries:
@@ -156,7 +144,7 @@ def replay_entries(views: Sequence[View], entries: Iterable[ReplayEntry], mappin
     commit_waiting()
     store.batches.sort(key=lambda row: row["entry_idx"])  # the ledger in ingest order (stable: views in order)
     for vs in states.values():
-        _store_view(vs, store)
+        _store_view(vs, updated[vs.view.name], store)
     return store
 
 
@@ -170,56 +158,22 @@ def _inspect(e: ReplayEntry, entry_idx: int, mapping: SourceMapping) -> Inspecte
         return inspect_file(path, e.batch_id, entry_idx, mapping)
 
 
-def _due(view: View, watermark: dict, t_us: int) -> bool:
-    """A buffered stream a run walks with no new message (pipelines/engine/inputs.py's DUE_BUFFERS)."""
-    return buffer_is_due(watermark["pending_count"], watermark["parked"], watermark["blocked_since_us"],
-                         view.gap_timeout_us, view.max_pending, t_us)
-
-
-def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedStore, first_seq: int) -> None:
-    """One run's pass over some entries for one view, and its commit (the state it keeps): the streams
-    it walks are those the entries bring messages for or act on, and the buffered ones due by the last
-    entry's time (pipelines/engine/inputs.py's `load_inputs`)."""
+def _project_pass(vs: ViewState, updated: dict[str, tuple[int, int | None]], projected: list[_Projected],
+                  store: ReplayedStore) -> None:
+    """One run's pass over some entries for one view and its commit (`ViewState.project`), and the rows it
+    logs: its errors, gaps and ledger rows, and per stream walked (`updated`) the entry that last walked it
+    and its last_seq before."""
     view = vs.view
-    entries = [p.entry for p in projected]
     new: dict[str, list[Message]] = {}
     for p in projected:
         for sid, msgs in p.by_stream.items():
-            new.setdefault(sid, []).extend(m for m in msgs if m.stream_type in view.subscribes)
-    new = {sid: msgs for sid, msgs in new.items() if msgs}
-    t_us = max(e.t_us for e in entries)
-    walked = set(new) | {sid for sid, msgs in vs.pending.items() if msgs and _due(view, vs.watermarks[sid], t_us)}
-    walked |= {e.target_stream for e in entries if e.target_stream is not None}
-    pending_before = sum(len(msgs) for msgs in vs.pending.values())
-    out = PassOutput()
-    prev: dict[str, int | None] = {}
-    for sid in sorted(walked):
-        before = vs.watermarks.get(sid)
-        prev[sid] = None if before is None else before["last_seq"]
-        state = StreamState.loaded(before or {}, sorted(vs.skipped.get(sid, [])), first_seq)
-        state.keyed_rows = {name: [dict(r) for r in rows.get(sid, [])] for name, rows in vs.keyed.items()}
-        state.newest_rows = {name: next((r for r in reversed(rows) if r[_stream_key(view, name)] == sid), None)
-                             for name, rows in vs.appended.items()}
-        walk_stream(view, sid, state, vs.pending.get(sid, []), new.get(sid, []), entries, out, vs.sums)
-        vs.pending[sid] = []
-    if out.fatal:  # a handler bug in a view with on_bug="fail": the run fails, and nothing is committed
-        raise HandlerBugFailure(out.fatal)
-    # the commit files every record under the view it names, and keeps what the walk emitted, not the
-    # walk's own objects
+            new.setdefault(sid, []).extend(msgs)
+    last_seqs = {sid: watermark["last_seq"] for sid, watermark in vs.watermarks.items()}
+    pending_before = vs.pending_count()
+    out = vs.project([p.entry for p in projected], new)
     for watermark in out.watermarks:
         if watermark.view == view.name:
-            vs.watermarks[watermark.stream_id] = watermark.state()
-            vs.updated[watermark.stream_id] = (watermark.entry_idx, prev[watermark.stream_id])
-    for waiting in out.pending:
-        if waiting.view == view.name:
-            vs.pending[waiting.stream_id].append(waiting.msg)
-    for rows in out.rows:
-        if rows.view != view.name:
-            continue
-        if rows.table in vs.keyed:
-            vs.keyed[rows.table][rows.stream_id] = rows.rows
-        else:
-            vs.appended[rows.table].extend(rows.rows)
+            updated[watermark.stream_id] = (watermark.entry_idx, last_seqs.get(watermark.stream_id))
     for error in out.errors:
         if error.view == view.name:
             details = error.details()
@@ -228,7 +182,6 @@ def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedSt
                                  "logged_at": error.logged_at_us, "entry_idx": error.entry_idx})
     for gap in out.gaps:
         if gap.view == view.name:
-            vs.skipped.setdefault(gap.stream_id, []).append((gap.first_missing, gap.last_missing))
             store.gaps.append({"view": gap.view, "stream_id": gap.stream_id, "first_missing": gap.first_missing,
                                "last_missing": gap.last_missing, "waited_seconds": gap.waited_us / 1e6,
                                "reason": gap.reason, "batch_id": gap.batch_id, "skipped_at": gap.skipped_at_us,
@@ -241,19 +194,15 @@ def _project_pass(vs: _ViewState, projected: list[_Projected], store: ReplayedSt
                               "pending": pending})
 
 
-def _stream_key(view: View, table: str) -> str:
-    return view.table(table).stream_key
-
-
 def _message(msg: Message) -> dict:
     return {"seq": msg.seq, "event_type": msg.event_type, "payload": msg.payload, "occurred_at": msg.occurred_at,
             "event_id": msg.event_id, "batch_id": msg.batch_id, "line": msg.line}
 
 
-def _store_view(vs: _ViewState, store: ReplayedStore) -> None:
+def _store_view(vs: ViewState, updated: dict[str, tuple[int, int | None]], store: ReplayedStore) -> None:
     view = vs.view
     for sid, watermark in sorted(vs.watermarks.items()):
-        updated_entry, prev = vs.updated[sid]
+        updated_entry, prev = updated[sid]
         store.watermarks.append({
             "view": view.name, "stream_id": sid, "stream_type": watermark["stream_type"],
             "last_seq": watermark["last_seq"], "blocked_at": watermark["blocked_at"],
@@ -263,12 +212,4 @@ def _store_view(vs: _ViewState, store: ReplayedStore) -> None:
         for msg in sorted(vs.pending.get(sid, [])):
             store.pending.append({"view": view.name, "stream_id": sid, "stream_type": msg.stream_type,
                                   **_message(msg), "entry_idx": msg.entry_idx})
-    for table in view.tables:
-        if table.kind == "keyed":
-            rows = [r for _, stream_rows in sorted(vs.keyed[table.name].items()) for r in stream_rows]
-        elif table.kind == "append":
-            rows = list(vs.appended[table.name])
-        else:
-            rows = aggregate_rows(table, vs.sums.get(table.name, {}))
-        keys = table.primary_key
-        store.tables[table.name] = sorted(rows, key=lambda row: tuple(row[c] for c in keys))
+    store.tables.update(vs.tables())
