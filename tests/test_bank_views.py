@@ -41,7 +41,7 @@ def test_activity_keeps_a_running_total_and_ignores_other_event_types():
     assert [(r["position"], r["seq"], r["running_total"]) for r in result.tables["account_activity"]] == [
         (1, 2, Decimal("10.00")), (2, 3, Decimal("7.50"))]
     assert result.counts["ignored"] == 1
-    assert result.errors[0]["message"] == "amount must be a JSON number, got 'abc'"
+    assert result.errors[0]["message"] == "Deposited: Invalid decimal string - at `$.amount`"
 
 
 def test_daily_totals_sum_per_utc_day_across_accounts():

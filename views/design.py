@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.view import Thresholds
+from inorder import Thresholds
 
 # The late share the demo feeds the bank views by design (scripts/demo.sh, measured on its 50,000 events):
 # its last batch arrives after the gaps before it timed out, so 12 % of that run's messages are late

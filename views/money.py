@@ -1,18 +1,38 @@
-"""Validation shared by the bank views: amounts and event dates."""
+"""What the bank views check beyond their event classes (views/events.py): that an amount was sent as a
+JSON number, and the UTC day of an event's envelope."""
 
 from __future__ import annotations
 
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
-from pipelines.view import Event, Reject
+import msgspec
+
+from inorder import Event, Reject
+from views.events import MAX_AMOUNT
 
 CENT = Decimal("0.01")
-MAX_AMOUNT = Decimal("9999999999999999.99")  # DECIMAL(18,2)
+
+
+class _AmountAsSent(msgspec.Struct):
+    amount: int | float
+
+
+_AMOUNT_AS_SENT = msgspec.json.Decoder(_AmountAsSent).decode
+
+
+def refuse_quoted_amount(event: Event) -> None:
+    """Refuse a Deposited or Withdrawn whose `amount` is a JSON string ("12.50"): money is sent as a JSON
+    number, and msgspec, which decoded the event, reads a `Decimal` field from a string too."""
+    try:
+        _AMOUNT_AS_SENT(event.payload_json)
+    except msgspec.ValidationError as exc:
+        raise Reject(f"{event.event_type}: {exc}") from None
 
 
 def amount_of(event: Event) -> Decimal:
-    """The event's `amount`: a JSON number > 0 with at most two decimals (money is DECIMAL(18,2))."""
+    """The `amount` of an untyped Deposited or Withdrawn, for a handler registered by event type name (the
+    tests' views; the bank's own read `Deposited.amount`): a JSON number > 0 with at most two decimals."""
     payload = event.payload
     amount = payload.get("amount") if type(payload) is dict else None
     kind = type(amount)
