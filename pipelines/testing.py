@@ -9,7 +9,7 @@
 
 `replay` runs one batch: records in the default record shape (or a source mapping's), as dicts, JSON lines,
 or streams and scenarios written with `stream` and `scenario` (pipelines/scenario.py: seq numbered for you,
-disorder, duplicates and gaps as options). `Replay` (or `replay_runs`) runs several, each at its logical
+disorder, duplicates and gaps as options; their records are in the default shape). `Replay` (or `replay_runs`) runs several, each at its logical
 time, carrying watermarks, pending buffers and rows from one run to the next as the store does:
 
     session = Replay(ORDERS)
@@ -197,7 +197,6 @@ class Replay:
     as the store keeps them; each call returns the store's state after it, which `result` also gives."""
 
     def __init__(self, view: View, mapping: SourceMapping | None = None) -> None:
-        self.view = view
         self.mapping = mapping or SourceMapping()
         self.state = ViewState(view, self.mapping.first_seq)
         self.errors: list[dict] = []
@@ -215,7 +214,7 @@ class Replay:
             return self.result
         t_us = us_from_utc(at)
         if self.last_us is not None and t_us < self.last_us:
-            raise ValueError(f"logical time goes forward: a run at {at} comes after one at a later time")
+            raise ValueError(f"logical time only moves forward: a run at {at} is earlier than the last entry")
         entry_idx = self.entries + 1
         batch_id = batch_id or f"replay-{entry_idx}"
         inspected = inspect_json_lines(data, batch_id, entry_idx, self.mapping)
