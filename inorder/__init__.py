@@ -5,12 +5,15 @@ What a view author imports (docs/VIEWS.md):
     from inorder import View, Table, Column, Event, Reject, replay
 """
 
+from pipelines.engine.normalise import SourceMapping
 from pipelines.events import Check, event_type_of
 from pipelines.message import Event, Reject
-from pipelines.testing import ReplayResult, replay
+from pipelines.scenario import Scenario, Stream, scenario, stream
+from pipelines.testing import Replay, ReplayResult, Row, replay, replay_runs
 from pipelines.view import (DECIMAL, INTEGER, AggregateTable, Alerts, AppendTable, Column, KeyedTable, StreamTable,
                             Table, Thresholds, View, add_column)
 
 __all__ = ["AggregateTable", "Alerts", "AppendTable", "Check", "Column", "DECIMAL", "Event", "INTEGER",
-           "KeyedTable", "ReplayResult", "Reject", "StreamTable", "Table", "Thresholds", "View", "add_column",
-           "event_type_of", "replay"]
+           "KeyedTable", "Replay", "ReplayResult", "Reject", "Row", "Scenario", "SourceMapping", "Stream",
+           "StreamTable", "Table", "Thresholds", "View", "add_column", "event_type_of", "replay", "replay_runs",
+           "scenario", "stream"]

@@ -18,7 +18,7 @@ LAYERS = (
     ("pipelines.engine",),
     ("pipelines.serve",),
     ("pipelines.observe",),
-    ("pipelines.testing", "pipelines.facade"),
+    ("pipelines.scenario", "pipelines.testing", "pipelines.facade"),
 )
 
 

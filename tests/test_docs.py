@@ -52,4 +52,5 @@ def test_the_views_page_runs_as_written():
     assert len(blocks) >= 7
     namespace: dict = {"__name__": "docs_views_page"}
     for number, block in enumerate(blocks, 1):
-        exec(compile(block, f"docs/VIEWS.md python block {number}", "exec"), namespace)
+        # dont_inherit: the page is read as a reader runs it, without this file's `from __future__` imports
+        exec(compile(block, f"docs/VIEWS.md python block {number}", "exec", dont_inherit=True), namespace)

@@ -37,7 +37,11 @@ def test_replay_agrees_with_the_engine(spark, lines):
                       for w in store["watermarks"] if w["view"] == view.name}
         assert {s: (w["last_seq"], w["parked"], w["pending_count"]) for s, w in result.watermarks.items()} \
             == watermarks
-        (ledger,) = [r for r in store["batches"] if r["view"] == view.name]
+        ledgers = [r for r in store["batches"] if r["view"] == view.name]
+        if not lines:  # every message dropped: an empty file is set aside, with no ledger row, and nothing counted
+            assert ledgers == [] and result.counts == {}
+            continue
+        (ledger,) = ledgers
         assert {k: n for k, n in result.counts.items() if k != "gaps_skipped"} == \
             {k: ledger[k] for k in ("selected", "applied", "ignored", "handler_error", "duplicate", "late",
                                     "conflict") if ledger[k]}
