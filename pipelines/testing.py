@@ -19,7 +19,8 @@ time, carrying watermarks, pending buffers and rows from one run to the next as 
 The records go through the engine's own inspection (`pipelines.engine.normalise`), ordering walk
 (`pipelines.engine.order.walk_stream`), apply code and rule of which buffered streams a run walks
 (`pipelines.engine.rules`), so a view behaves here as it does in `inorder run` on the same entries; a handler
-bug in a view with on_bug="fail" raises `HandlerBugFailure`, and that run changes nothing.
+bug in a view with on_bug="fail" raises `HandlerBugFailure` in a `Replay` session, and that run changes nothing
+(one-shot `replay` returns it in `errors`).
 
 (The project's own tests run whole ingest logs over several views with tests/memory_engine.py, on `ViewState`.)
 """
@@ -105,11 +106,13 @@ class ViewState:
         return buffer_is_due(watermark["pending_count"], watermark["parked"], watermark["blocked_since_us"],
                              view.gap_timeout_us, view.max_pending, t_us)
 
-    def project(self, entries: list[PassEntry], by_stream: Mapping[str, list[Message]]) -> PassOutput:
+    def project(self, entries: list[PassEntry], by_stream: Mapping[str, list[Message]],
+                bug_fails_run: bool = True) -> PassOutput:
         """One run's pass over `entries` (whose messages are `by_stream`) and its commit; returns what the walk
         emitted. The streams it walks are those the entries bring the view messages for or act on, and the
         buffered ones due by the last entry's time (pipelines/engine/inputs.py's `load_inputs`). A handler bug
-        in a view with on_bug="fail" raises `HandlerBugFailure`, and nothing is committed."""
+        in a view with on_bug="fail" raises `HandlerBugFailure`, and nothing is committed (unless not
+        `bug_fails_run`: then the walk's output is kept, the bug in its errors)."""
         view = self.view
         new = {sid: mine for sid, msgs in by_stream.items()
                if (mine := [m for m in msgs if m.stream_type in view.subscribes])}
@@ -125,7 +128,7 @@ class ViewState:
             state.newest_rows = {name: next((r for r in reversed(rows) if r[view.table(name).stream_key] == sid),
                                             None) for name, rows in self.appended.items()}
             walk_stream(view, sid, state, self.pending.get(sid, []), new.get(sid, []), entries, out, sums)
-        if out.fatal:
+        if out.fatal and bug_fails_run:
             raise HandlerBugFailure(out.fatal)
         self.sums = sums
         self._commit(out)
@@ -196,8 +199,9 @@ class Replay:
     on with no batch (so gap timers fire). Watermarks, pending buffers and rows carry from one run to the next
     as the store keeps them; each call returns the store's state after it, which `result` also gives."""
 
-    def __init__(self, view: View, mapping: SourceMapping | None = None) -> None:
+    def __init__(self, view: View, mapping: SourceMapping | None = None, bug_fails_run: bool = True) -> None:
         self.mapping = mapping or SourceMapping()
+        self.bug_fails_run = bug_fails_run
         self.state = ViewState(view, self.mapping.first_seq)
         self.errors: list[dict] = []
         self.gaps: list[dict] = []
@@ -237,7 +241,7 @@ class Replay:
 
     def _project(self, entry: PassEntry, by_stream: dict[str, list[Message]], malformed: list[dict]) -> None:
         """The entry's pass and commit, and its log rows: the malformed records first, then the walk's."""
-        out = self.state.project([entry], by_stream)
+        out = self.state.project([entry], by_stream, self.bug_fails_run)
         self.entries, self.last_us = entry.entry_idx, entry.t_us
         self.errors.extend(malformed)
         for error in out.errors:
@@ -263,8 +267,10 @@ class Replay:
 
 def replay(view: View, records: Iterable[Any] | Stream | Scenario, now: datetime | None = None,
            mapping: SourceMapping | None = None) -> ReplayResult:
-    """Run `view` over `records` as one batch received at logical time `now` (default: the clock)."""
-    return Replay(view, mapping).run(records, at=now or datetime.now(timezone.utc), batch_id=REPLAY_BATCH)
+    """Run `view` over `records` as one batch received at logical time `now` (default: the clock). A bug in a
+    view with on_bug="fail" is returned in `errors` (class `bug`) for the test to read, where `inorder run` would
+    fail the run; a `Replay` session raises `HandlerBugFailure` as the run does."""
+    return Replay(view, mapping, bug_fails_run=False).run(records, at=now or datetime.now(timezone.utc), batch_id=REPLAY_BATCH)
 
 
 def replay_runs(view: View, runs: Iterable[tuple[datetime, Any]], mapping: SourceMapping | None = None
