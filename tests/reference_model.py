@@ -333,13 +333,28 @@ class _Handle:
 
     def delete(self, *pk: Any) -> None:
         self._need("keyed")
-        key = self._key(pk)
+        key = self._key(pk or (self._own_key(),))
         if self._read(key) is not None:  # another stream's row is not the handler's to delete
             self._write(key, None)
 
     def all(self) -> list[dict]:
         self._need("keyed")
         return [dict(r) for _, r in sorted(self._rows().items()) if self._own(r)]
+
+    # keyed by the stream id alone (Table.per_stream)
+    @property
+    def row(self) -> dict | None:
+        return self.get(self._own_key())
+
+    def save(self, **changes: Any) -> None:
+        current = self.get(self._own_key())
+        self.put({**current, **changes} if current is not None else {**changes, self._t.stream_key: self._tx.stream_id})
+
+    def _own_key(self) -> str:
+        self._need("keyed")
+        if self._t.primary_key != (self._t.stream_key,):
+            raise TypeError(f"table {self._t.name}: row and save() need a table keyed by the stream id alone")
+        return self._tx.stream_id
 
     # append
     def last(self) -> dict | None:
@@ -376,6 +391,9 @@ class _Tx:
 
     def __getattr__(self, name: str) -> _Handle:
         return _Handle(self, self.view.table(name))
+
+    def __getitem__(self, table: Any) -> _Handle:
+        return _Handle(self, self.view.table(table if isinstance(table, str) else table.name))
 
     def commit(self) -> None:
         for (name, pk), row in self.writes.items():
