@@ -57,10 +57,10 @@ def table(model: Model, name: str) -> list[dict]:
 
 
 def violations(model: Model) -> list[str]:
-    """The declared expectations of every shop view that the model's tables break."""
+    """The declared rules of every shop view that the model's tables break."""
     broken = []
     for view in SHOP_VIEWS:
-        for e in view.expectations:
+        for e in view.rules:
             rows = table(model, e.table)
             values = [tuple(r[c] for c in e.columns) for r in rows]
             if e.rule == "not_null":
@@ -92,7 +92,7 @@ def test_shop_views_are_found_and_use_the_whole_api():
     assert column_types == {"VARCHAR", "BIGINT", "INTEGER", "DOUBLE", "BOOLEAN", "DATE", "TIMESTAMPTZ", "DECIMAL"}
     assert [v.name for v in SHOP_VIEWS if set(v.subscribes) == {"order", "customer"}] == ["shop_daily"]
     assert [v.name for v in SHOP_VIEWS if v.on_error == "park"] == ["orders"]
-    assert all(v.expectations for v in SHOP_VIEWS)
+    assert all(v.rules for v in SHOP_VIEWS)
     assert ORDERS in SHOP_VIEWS and set(ORDERS.handlers) == {
         "OrderPlaced", "ItemAdded", "OrderPaid", "OrderShipped", "OrderCancelled"}
 

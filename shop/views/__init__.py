@@ -6,5 +6,6 @@ INORDER_VIEWS=shop.views (nothing is listed by hand):
 - `customers` (keyed, `customer`),
 - `shop_daily` (aggregate plus per-stream keyed state, subscribes to `order` AND `customer`).
 
-`fields` holds the payload checks and the order lifecycle rules the views share.
+`events` holds the event types (msgspec Structs, the constraints on their fields); `fields` the
+order lifecycle rules the views share and the checks the types cannot express.
 """

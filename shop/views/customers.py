@@ -6,87 +6,45 @@ registration, a change to a customer never registered) are logged and skipped (t
 
 from __future__ import annotations
 
-from typing import Protocol
+from datetime import date
 
-from pipelines.view import Event, KeyedTable, Reject, Table, View, between, in_set, not_null, unique
-from shop.views.fields import TIERS, accept_registration, payload_of, tier_of
+from inorder import Column, Event, Reject, StreamTable, Table, View
+from shop.views.events import TIERS, CustomerRegistered, OptedIn, OptedOut, TierChanged
+from shop.views.fields import accept_registration
 
-CUSTOMERS_TABLE = Table(
-    "customers",
-    columns={
-        "customer_id": "VARCHAR",
-        "name": "VARCHAR",
-        "email": "VARCHAR",
-        "tier": "VARCHAR",
-        "joined_on": "DATE",
-        "marketing_opt_in": "BOOLEAN",
-        "version": "BIGINT",
-    },
-    primary_key=("customer_id",),
-    kind="keyed",
-    stream_key="customer_id",
-    descriptions={
-        "customer_id": "the customer (its stream id)",
-        "name": "name given at registration",
-        "email": "contact address",
-        "tier": "bronze, silver or gold",
-        "joined_on": "UTC day of registration",
-        "marketing_opt_in": "agreed to marketing mail",
-        "version": "seq of the newest message applied",
-    },
-)
+CUSTOMERS_TABLE = Table.per_stream("customers", key="customer_id", columns={
+    "customer_id": Column(str, not_null=True, unique=True, doc="the customer (its stream id)"),
+    "name": Column(str, not_null=True, doc="name given at registration"),
+    "email": Column(str, not_null=True, unique=True, doc="contact address"),
+    "tier": Column(str, not_null=True, one_of=TIERS, doc="bronze, silver or gold"),
+    "joined_on": Column(date, not_null=True, doc="UTC day of registration"),
+    "marketing_opt_in": Column(bool, not_null=True, doc="agreed to marketing mail"),
+    "version": Column(int, not_null=True, min=1, doc="seq of the newest message applied"),
+})
+
+CUSTOMERS = View(name="customers", tables=(CUSTOMERS_TABLE,), subscribes=("customer",))
 
 
-class CustomerTables(Protocol):
-    customers: KeyedTable
+@CUSTOMERS.on(CustomerRegistered)
+def registered(registration: CustomerRegistered, tables, event: Event) -> None:
+    customers = tables[CUSTOMERS_TABLE]
+    joined_on = accept_registration(event, customers.row)
+    customers.save(name=registration.name, email=registration.email, tier=registration.tier, joined_on=joined_on,
+                   marketing_opt_in=False, version=event.seq)
 
 
-def _registered(event: Event, tables: CustomerTables) -> dict:
-    row = tables.customers.get(event.stream_id)
-    if row is None:
+def _save_registered(customers: StreamTable, event: Event, **changes) -> None:
+    """Save changes to the customer's row; a change to a customer never registered is refused."""
+    if customers.row is None:
         raise Reject(f"{event.event_type}: customer {event.stream_id} was never registered")
-    row["version"] = event.seq
-    return row
+    customers.save(**changes, version=event.seq)
 
 
-def registered(event: Event, tables: CustomerTables) -> None:
-    registration = accept_registration(event, tables.customers.get(event.stream_id))
-    tables.customers.put({
-        "customer_id": event.stream_id,
-        "name": registration.name,
-        "email": registration.email,
-        "tier": registration.tier,
-        "joined_on": registration.joined_on,
-        "marketing_opt_in": False,
-        "version": event.seq,
-    })
+@CUSTOMERS.on(TierChanged)
+def tier_changed(change: TierChanged, tables, event: Event) -> None:
+    _save_registered(tables[CUSTOMERS_TABLE], event, tier=change.tier)
 
 
-def tier_changed(event: Event, tables: CustomerTables) -> None:
-    tier = tier_of(payload_of(event))
-    row = _registered(event, tables)
-    row["tier"] = tier
-    tables.customers.put(row)
-
-
-CUSTOMERS = View(
-    name="customers",
-    tables=(CUSTOMERS_TABLE,),
-    subscribes=("customer",),
-    handlers={"CustomerRegistered": registered, "TierChanged": tier_changed},
-    expectations=(
-        *not_null("customers", "customer_id", "name", "email", "tier", "joined_on", "marketing_opt_in", "version"),
-        unique("customers", "customer_id"),
-        unique("customers", "email"),
-        in_set("customers", "tier", TIERS),
-        between("customers", "version", min_value=1),
-    ),
-)
-
-
-@CUSTOMERS.handles("OptedIn", "OptedOut")
-def consent(event: Event, tables: CustomerTables) -> None:
-    payload_of(event)  # no fields, but it must still be an object
-    row = _registered(event, tables)
-    row["marketing_opt_in"] = event.event_type == "OptedIn"
-    tables.customers.put(row)
+@CUSTOMERS.on(OptedIn, OptedOut)
+def consent(choice: OptedIn | OptedOut, tables, event: Event) -> None:
+    _save_registered(tables[CUSTOMERS_TABLE], event, marketing_opt_in=isinstance(choice, OptedIn))

@@ -7,45 +7,31 @@ still accepted items at that point is the `orders` view's business (on clean dat
 
 from __future__ import annotations
 
-from typing import Protocol
+from datetime import datetime
 
-from pipelines.view import AppendTable, Event, Table, View, between, not_null, unique
-from shop.views.fields import MAX_QUANTITY, item_of
+from inorder import DECIMAL, INTEGER, Column, Event, Table, View
+from shop.views.events import MAX_QUANTITY, ItemAdded
+from shop.views.fields import item_of
 
-ORDER_ITEMS_TABLE = Table(
-    "order_items",
-    columns={
-        "order_id": "VARCHAR",
-        "line_no": "BIGINT",
-        "sku": "VARCHAR",
-        "quantity": "INTEGER",
-        "unit_price": "DECIMAL(10,2)",
-        "line_total": "DECIMAL(12,2)",
-        "added_at": "TIMESTAMPTZ",
-    },
-    primary_key=("order_id", "line_no"),
-    kind="append",
-    stream_key="order_id",
-    descriptions={
-        "order_id": "the order (its stream id)",
-        "line_no": "1, 2, … per order",
-        "sku": "catalogue item",
-        "quantity": "units ordered",
-        "unit_price": "price of one unit",
-        "line_total": "quantity × unit_price",
-        "added_at": "when the item was added (occurred_at)",
-    },
-)
+ORDER_ITEMS_TABLE = Table.append("order_items", key=("order_id", "line_no"), stream_key="order_id", columns={
+    "order_id": Column(str, not_null=True, doc="the order (its stream id)"),
+    "line_no": Column(int, not_null=True, min=1, doc="1, 2, … per order"),
+    "sku": Column(str, not_null=True, doc="catalogue item"),
+    "quantity": Column(INTEGER, not_null=True, min=1, max=MAX_QUANTITY, doc="units ordered"),
+    "unit_price": Column(DECIMAL(10, 2), not_null=True, min=0.01, doc="price of one unit"),
+    "line_total": Column(DECIMAL(12, 2), not_null=True, min=0.01, doc="quantity × unit_price"),
+    "added_at": Column(datetime, not_null=True, doc="when the item was added (occurred_at)"),
+}, unique=(("order_id", "line_no"),))
+
+ORDER_ITEMS = View(name="order_items", tables=(ORDER_ITEMS_TABLE,), subscribes=("order",))
 
 
-class ItemTables(Protocol):
-    order_items: AppendTable
-
-
-def item_added(event: Event, tables: ItemTables) -> None:
-    item = item_of(event)
-    last = tables.order_items.last()
-    tables.order_items.append({
+@ORDER_ITEMS.on(ItemAdded)
+def item_added(added: ItemAdded, tables, event: Event) -> None:
+    item = item_of(added, event)
+    lines = tables[ORDER_ITEMS_TABLE]
+    last = lines.last()
+    lines.append({
         "order_id": event.stream_id,
         "line_no": 1 if last is None else last["line_no"] + 1,
         "sku": item.sku,
@@ -54,19 +40,3 @@ def item_added(event: Event, tables: ItemTables) -> None:
         "line_total": item.line_total,
         "added_at": item.added_at,
     })
-
-
-ORDER_ITEMS = View(
-    name="order_items",
-    tables=(ORDER_ITEMS_TABLE,),
-    subscribes=("order",),
-    handlers={"ItemAdded": item_added},
-    expectations=(
-        *not_null("order_items", "order_id", "line_no", "sku", "quantity", "unit_price", "line_total", "added_at"),
-        unique("order_items", "order_id", "line_no"),
-        between("order_items", "line_no", min_value=1),
-        between("order_items", "quantity", min_value=1, max_value=MAX_QUANTITY),
-        between("order_items", "unit_price", min_value=0.01),
-        between("order_items", "line_total", min_value=0.01),
-    ),
-)

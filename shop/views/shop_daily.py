@@ -6,137 +6,98 @@ and customer sign-ups. `shop_daily` is an aggregate table, shared by every strea
 add increments, so the (undefined) order between streams never matters.
 
 To refuse exactly what `orders` and `customers` refuse (a payment that does not match the order,
-a second registration...), the view keeps a little state per stream in two keyed tables, one per
+a second registration...), the view keeps a little state per stream in two tables, one per
 stream type: a row of `daily_order_state` belongs to an order stream, a row of
 `daily_customer_state` to a customer stream, and each handler writes only its own stream's row.
 """
 
 from __future__ import annotations
 
-from datetime import date
-from typing import Protocol
+from datetime import date, datetime
+from decimal import Decimal
 
-from pipelines.view import AggregateTable, Event, KeyedTable, Table, View, between, in_set, not_null, unique
+from inorder import DECIMAL, INTEGER, Column, Event, Table, View
+from shop.views.events import CustomerRegistered, ItemAdded, OrderCancelled, OrderPaid, OrderPlaced, OrderShipped
 from shop.views.fields import (ORDER_STATUSES, ZERO, accept_cancellation, accept_item, accept_payment,
                                accept_placement, accept_registration, accept_shipment)
 
-COUNTERS = ("orders_placed", "items", "weight_kg", "orders_paid", "revenue", "orders_shipped",
-            "orders_cancelled", "signups")
 
-SHOP_DAILY_TABLE = Table(
-    "shop_daily",
-    columns={
-        "day": "DATE",
-        "orders_placed": "BIGINT",
-        "items": "INTEGER",
-        # summed across streams in no defined order: exact only because weights are whole quarter
-        # kilos (fields.quarter_kilos), which binary floating point adds without rounding
-        "weight_kg": "DOUBLE",
-        "orders_paid": "BIGINT",
-        "revenue": "DECIMAL(14,2)",
-        "orders_shipped": "BIGINT",
-        "orders_cancelled": "BIGINT",
-        "signups": "BIGINT",
-    },
-    primary_key=("day",),
-    kind="aggregate",
-    descriptions={"day": "UTC day (of each event's occurred_at)", "orders_placed": "orders placed that day",
-                  "items": "units added to orders that day", "weight_kg": "shipping weight added that day",
-                  "orders_paid": "orders paid that day", "revenue": "amounts paid that day",
-                  "orders_shipped": "orders shipped that day", "orders_cancelled": "orders cancelled that day",
-                  "signups": "customers registered that day"},
-)
-
-ORDER_STATE_TABLE = Table(
-    "daily_order_state",
-    columns={"order_id": "VARCHAR", "placed_at": "TIMESTAMPTZ", "status": "VARCHAR", "total": "DECIMAL(12,2)"},
-    primary_key=("order_id",),
-    kind="keyed",
-    stream_key="order_id",
-    descriptions={"order_id": "the order (its stream id)", "placed_at": "when it was placed",
-                  "status": "its status as far as the daily totals counted it", "total": "its total when placed"},
-)
-
-CUSTOMER_STATE_TABLE = Table(
-    "daily_customer_state",
-    columns={"customer_id": "VARCHAR", "joined_on": "DATE"},
-    primary_key=("customer_id",),
-    kind="keyed",
-    stream_key="customer_id",
-    descriptions={"customer_id": "the customer (its stream id)", "joined_on": "UTC day of registration"},
-)
-
-SHOP_DAILY = View(
-    name="shop_daily",
-    tables=(SHOP_DAILY_TABLE, ORDER_STATE_TABLE, CUSTOMER_STATE_TABLE),
-    subscribes=("order", "customer"),
-    expectations=(
-        *not_null("shop_daily", "day", *COUNTERS),
-        unique("shop_daily", "day"),
-        *(between("shop_daily", counter, min_value=0) for counter in COUNTERS),
-        *not_null("daily_order_state", "order_id", "placed_at", "status", "total"),
-        unique("daily_order_state", "order_id"),
-        in_set("daily_order_state", "status", ORDER_STATUSES),
-        *not_null("daily_customer_state", "customer_id", "joined_on"),
-        unique("daily_customer_state", "customer_id"),
-    ),
-)
+def _counter(type_, doc: str) -> Column:
+    return Column(type_, not_null=True, min=0, doc=doc)
 
 
-class DailyTables(Protocol):
-    shop_daily: AggregateTable
-    daily_order_state: KeyedTable
-    daily_customer_state: KeyedTable
+SHOP_DAILY_TABLE = Table.aggregate("shop_daily", key=("day",), columns={
+    "day": Column(date, not_null=True, unique=True, doc="UTC day (of each event's occurred_at)"),
+    "orders_placed": _counter(int, "orders placed that day"),
+    "items": _counter(INTEGER, "units added to orders that day"),
+    # summed across streams in no defined order: exact only because weights are whole quarter
+    # kilos (fields.quarter_kilos), which binary floating point adds without rounding
+    "weight_kg": _counter(float, "shipping weight added that day"),
+    "orders_paid": _counter(int, "orders paid that day"),
+    "revenue": _counter(DECIMAL(14, 2), "amounts paid that day"),
+    "orders_shipped": _counter(int, "orders shipped that day"),
+    "orders_cancelled": _counter(int, "orders cancelled that day"),
+    "signups": _counter(int, "customers registered that day"),
+})
+
+ORDER_STATE_TABLE = Table.per_stream("daily_order_state", key="order_id", columns={
+    "order_id": Column(str, not_null=True, unique=True, doc="the order (its stream id)"),
+    "placed_at": Column(datetime, not_null=True, doc="when it was placed"),
+    "status": Column(str, not_null=True, one_of=ORDER_STATUSES,
+                     doc="its status as far as the daily totals counted it"),
+    "total": Column(DECIMAL(12, 2), not_null=True, doc="its total when placed"),
+})
+
+CUSTOMER_STATE_TABLE = Table.per_stream("daily_customer_state", key="customer_id", columns={
+    "customer_id": Column(str, not_null=True, unique=True, doc="the customer (its stream id)"),
+    "joined_on": Column(date, not_null=True, doc="UTC day of registration"),
+})
+
+SHOP_DAILY = View(name="shop_daily", tables=(SHOP_DAILY_TABLE, ORDER_STATE_TABLE, CUSTOMER_STATE_TABLE),
+                  subscribes=("order", "customer"))
 
 
-def _order(event: Event, tables: DailyTables) -> dict | None:
-    return tables.daily_order_state.get(event.stream_id)
+def _book(tables, day: date, state: dict, **counts: int | float | Decimal) -> None:
+    """Save these changes to the order's state and add its counts to `day`."""
+    tables[ORDER_STATE_TABLE].save(**state)
+    tables[SHOP_DAILY_TABLE].add({"day": day}, **counts)
 
 
-def _book(tables: DailyTables, row: dict, day: date, **counts) -> None:
-    """Keep the order's state and add its counts to `day`."""
-    tables.daily_order_state.put(row)
-    tables.shop_daily.add({"day": day}, **counts)
+@SHOP_DAILY.on(OrderPlaced)
+def order_placed(order: OrderPlaced, tables, event: Event) -> None:
+    placed_at = accept_placement(event, tables[ORDER_STATE_TABLE].row)
+    _book(tables, placed_at.date(), {"placed_at": placed_at, "status": "placed", "total": ZERO}, orders_placed=1)
 
 
-@SHOP_DAILY.handles("OrderPlaced")
-def order_placed(event: Event, tables: DailyTables) -> None:
-    placement = accept_placement(event, _order(event, tables))
-    row = {"order_id": event.stream_id, "placed_at": placement.placed_at, "status": "placed", "total": ZERO}
-    _book(tables, row, placement.placed_at.date(), orders_placed=1)
+@SHOP_DAILY.on(ItemAdded)
+def item_added(added: ItemAdded, tables, event: Event) -> None:
+    row = tables[ORDER_STATE_TABLE].row
+    item = accept_item(added, event, row)
+    _book(tables, item.added_at.date(), {"total": row["total"] + item.line_total}, items=item.quantity,
+          weight_kg=item.weight_kg)
 
 
-@SHOP_DAILY.handles("ItemAdded")
-def item_added(event: Event, tables: DailyTables) -> None:
-    row = _order(event, tables)
-    item = accept_item(event, row)
-    _book(tables, {**row, "total": row["total"] + item.line_total}, item.added_at.date(),
-          items=item.quantity, weight_kg=item.weight_kg)
+@SHOP_DAILY.on(OrderPaid)
+def order_paid(payment: OrderPaid, tables, event: Event) -> None:
+    paid_at = accept_payment(payment, event, tables[ORDER_STATE_TABLE].row)
+    _book(tables, paid_at.date(), {"status": "paid"}, orders_paid=1, revenue=payment.amount)
 
 
-@SHOP_DAILY.handles("OrderPaid")
-def order_paid(event: Event, tables: DailyTables) -> None:
-    row = _order(event, tables)
-    payment = accept_payment(event, row)
-    _book(tables, {**row, "status": "paid"}, payment.paid_at.date(), orders_paid=1, revenue=payment.amount)
+@SHOP_DAILY.on(OrderShipped)
+def order_shipped(shipment: OrderShipped, tables, event: Event) -> None:
+    shipped_on = accept_shipment(shipment, event, tables[ORDER_STATE_TABLE].row)
+    _book(tables, shipped_on, {"status": "shipped"}, orders_shipped=1)
 
 
-@SHOP_DAILY.handles("OrderShipped")
-def order_shipped(event: Event, tables: DailyTables) -> None:
-    row = _order(event, tables)
-    shipped_on = accept_shipment(event, row)
-    _book(tables, {**row, "status": "shipped"}, shipped_on, orders_shipped=1)
+@SHOP_DAILY.on(OrderCancelled)
+def order_cancelled(cancellation: OrderCancelled, tables, event: Event) -> None:
+    cancelled_at = accept_cancellation(event, tables[ORDER_STATE_TABLE].row)
+    _book(tables, cancelled_at.date(), {"status": "cancelled"}, orders_cancelled=1)
 
 
-@SHOP_DAILY.handles("OrderCancelled")
-def order_cancelled(event: Event, tables: DailyTables) -> None:
-    row = _order(event, tables)
-    cancellation = accept_cancellation(event, row)
-    _book(tables, {**row, "status": "cancelled"}, cancellation.cancelled_at.date(), orders_cancelled=1)
-
-
-@SHOP_DAILY.handles("CustomerRegistered")
-def customer_registered(event: Event, tables: DailyTables) -> None:
-    registration = accept_registration(event, tables.daily_customer_state.get(event.stream_id))
-    tables.daily_customer_state.put({"customer_id": event.stream_id, "joined_on": registration.joined_on})
-    tables.shop_daily.add({"day": registration.joined_on}, signups=1)
+@SHOP_DAILY.on(CustomerRegistered)
+def customer_registered(registration: CustomerRegistered, tables, event: Event) -> None:
+    customers = tables[CUSTOMER_STATE_TABLE]
+    joined_on = accept_registration(event, customers.row)
+    customers.save(joined_on=joined_on)
+    tables[SHOP_DAILY_TABLE].add({"day": joined_on}, signups=1)
