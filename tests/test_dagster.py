@@ -203,7 +203,7 @@ def test_expectations_check_fails_on_a_broken_view_table(projected_home):
     accounts = view_named(BANK_VIEWS, "accounts")
     # the suite as a GX user reads it: a row per expectation, every one ✓
     table = passed.metadata["results"].value.splitlines()
-    assert table[0] == "| " + " | ".join(SUITE_HEADER) + " |" and len(table) == 2 + len(accounts.expectations)
+    assert table[0] == "| " + " | ".join(SUITE_HEADER) + " |" and len(table) == 2 + len(accounts.rules)
     assert all(row.startswith("| ✓ | expect_") for row in table[2:])
     assert "| ✓ | expect_column_values_to_be_between | accounts.balance | min_value=0.0 | 0 | 0.00 % | - |" in table
     con = duckdb.connect(str(projected_home.database))
@@ -220,7 +220,7 @@ def test_expectations_check_fails_on_a_broken_view_table(projected_home):
     con.close()
     assert (f"| ✗ | expect_column_values_to_be_between | accounts.balance | min_value=0.0 | 1 | {100 / total:.2f} % "
             f"| -5.00 (account_id='{account}') |") in failed.metadata["results"].value.splitlines()
-    assert failed.description == f"1 of {len(accounts.expectations)} expectations of suite accounts failed"
+    assert failed.description == f"1 of {len(accounts.rules)} expectations of suite accounts failed"
 
 
 def test_keys_unique_check_fails_when_a_key_occurs_twice(projected_home):

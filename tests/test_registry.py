@@ -20,12 +20,14 @@ from pipelines.store.database import RESERVED_TABLE_NAMES
 INORDER = str(Path(sys.executable).with_name("inorder"))
 _names = (f"userviews{i}" for i in itertools.count())  # a fresh module name per use: imports are cached
 
+# declared as a user does now, so the CLI says no deprecation before its one-line refusal
 VIEW_TEMPLATE = """
-from pipelines.view import Table, View, not_null
+from inorder import Column, Table, View
+from pipelines.view import not_null
 
 {name} = View(name={view!r}, subscribes=("thing",), tables=(
-    Table({table!r}, columns={{"thing_id": "VARCHAR", "n": "BIGINT"}}, primary_key=("thing_id",),
-          stream_key="thing_id"),), handlers={{}}, expectations=tuple({expectations}))
+    Table.keyed({table!r}, {{"thing_id": Column(str), "n": Column(int)}}, key=("thing_id",), stream_key="thing_id"),),
+    expectations=tuple({expectations}))
 """
 
 
