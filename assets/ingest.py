@@ -4,11 +4,13 @@ One run may materialise a range of partitions (the landing sensor and `inorder r
 per set of new files; so does a backfill): each batch still gets its own materialisation and metadata."""
 
 import warnings
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import dagster as dg
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+# not exported by dagster 1.13: a check evaluation's pointer to the materialisation it judges
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
 from assets.partitions import BATCHES
 from assets.tags import CLI_HOME_TAG, STORE_POOL, run_time
@@ -60,17 +62,21 @@ def rejection_next_step(archived: list[str], by_cli: bool) -> str:
     return f"{step}; the batches this run archived ({', '.join(archived)}) are not lost: {projects}."
 
 
-def file_verdict(key: str, metadata: dict, next_step: str) -> dg.AssetCheckEvaluation:
+def file_verdict(key: str, metadata: dict, next_step: str,
+                 target: AssetCheckEvaluationTargetMaterializationData | None = None) -> dg.AssetCheckEvaluation:
     """`file_not_rejected` on the batch's own partition, where the UI shows a partition's reason: Dagster 1.13's
-    partition panel shows only materialisations, and a rejected batch has none (docs/DAGSTER.md)."""
+    partition panel shows only materialisations, and a rejected batch has none (docs/DAGSTER.md). An archived
+    batch's verdict targets the partition's materialisation (`target`): the UI counts a verdict that targets
+    an older one as missing."""
     reason = metadata.get("rejected_reason")
     if reason is None:
         return dg.AssetCheckEvaluation(asset_key=FILE_NOT_REJECTED.asset_key, check_name=FILE_NOT_REJECTED.name,
-                                       passed=True, partition=key, metadata=metadata)
+                                       passed=True, partition=key, metadata=metadata,
+                                       target_materialization_data=target)
     return dg.AssetCheckEvaluation(
         asset_key=FILE_NOT_REJECTED.asset_key, check_name=FILE_NOT_REJECTED.name, passed=False, partition=key,
         description=f"batch {key} was rejected: {reason.value.rstrip('.')}. {next_step}",
-        metadata={**metadata, "next_step": dg.MetadataValue.text(next_step)})
+        metadata={**metadata, "next_step": dg.MetadataValue.text(next_step)}, target_materialization_data=target)
 
 
 def event_batches_asset(views: Sequence[View]) -> dg.AssetsDefinition:
@@ -79,16 +85,18 @@ def event_batches_asset(views: Sequence[View]) -> dg.AssetsDefinition:
         warnings.simplefilter("ignore", dg.BetaWarning)
 
         @dg.asset(partitions_def=BATCHES, pool=STORE_POOL, group_name="ingest", kinds={"duckdb", "parquet"},
-                  backfill_policy=dg.BackfillPolicy.single_run(),
+                  backfill_policy=dg.BackfillPolicy.single_run(), dagster_type=dg.Nothing,
                   description="A landing batch, normalised and archived as Parquet (entry of the ingest log). "
                               "A file that cannot be read fails its partition, with the reason.")
-        def event_batches(context: dg.AssetExecutionContext, home: HomeResource) -> None:
-            _ingest(context, home.home(), views)
+        def event_batches(context: dg.AssetExecutionContext, home: HomeResource) -> Iterator:
+            yield from _ingest(context, home.home(), views)
 
     return event_batches
 
 
-def _ingest(context: dg.AssetExecutionContext, home: Home, views: Sequence[View]) -> None:
+def _ingest(context: dg.AssetExecutionContext, home: Home, views: Sequence[View]) -> Iterator:
+    """Each batch archived or rejected, then materialised (archived) and given its verdict. A generator, so
+    that the materialisations are stored before the verdicts that target them."""
     archived, rejected = {}, {}
     keys = context.partition_keys  # in the order the partitions were added: file-name order per set
     for i, key in enumerate(keys, start=1):
@@ -98,23 +106,38 @@ def _ingest(context: dg.AssetExecutionContext, home: Home, views: Sequence[View]
                          f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
     crash_point("dagster.ingested")  # every batch of the run archived or rejected, none projected yet
     next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
-    for key in keys:
-        context.log_event(file_verdict(key, archived.get(key) or rejected[key], next_step))
     if not rejected:
         for key, metadata in archived.items():
             context.add_asset_metadata(metadata, partition_key=key)
+        yield dg.Output(None)  # one materialisation per partition of the run
+        yield from _verdicts(context, keys, archived, next_step)
         return
-    _fail_rejected(context, archived, rejected, next_step)
+    yield from _fail_rejected(context, archived, rejected, next_step)
 
 
-def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict, next_step: str) -> None:
+def _verdicts(context: dg.AssetExecutionContext, keys: Sequence[str], metadata: dict,
+              next_step: str) -> Iterator[dg.AssetCheckEvaluation]:
+    """Each partition's `file_not_rejected`, an archived one's targeting the materialisation this run stored."""
+    materialised = context.instance.fetch_materializations(dg.AssetRecordsFilter(
+        asset_key=context.asset_key, asset_partitions=list(keys)), limit=len(keys)).records
+    targets = {}
+    for record in materialised:  # newest first
+        if record.run_id == context.run_id:
+            targets.setdefault(record.partition_key, AssetCheckEvaluationTargetMaterializationData(
+                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp))
+    for key in keys:
+        yield file_verdict(key, metadata[key], next_step, targets.get(key))
+
+
+def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict, next_step: str) -> Iterator:
     """A rejected file fails its partition, never shows as a green batch: the step fails, and only the
     batches it archived are materialised (the failure marks the others of the run failed); the
     partition keeps its reason in its `file_not_rejected` verdict and as an observation (the asset's events)."""
     for key, metadata in archived.items():
-        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata))
+        yield dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata)
     for key, metadata in rejected.items():
-        context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata))
+        yield dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata)
+    yield from _verdicts(context, context.partition_keys, {**archived, **rejected}, next_step)
     reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
     raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False, metadata={
         REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}

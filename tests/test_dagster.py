@@ -499,6 +499,13 @@ def checks_named(run: dg.ExecuteInProcessResult, name: str) -> list:
     return [c for c in run.get_asset_check_evaluations() if c.check_name == name]
 
 
+def verdicts_judge_the_newest_materialisations(instance: dg.DagsterInstance) -> bool:
+    """Each partition's newest file_not_rejected targets its partition's newest materialisation (none for a
+    rejected file): what the UI needs to count it passed or failed rather than missing."""
+    infos = instance.event_log_storage.get_asset_check_partition_info([FILE_NOT_REJECTED])
+    return bool(infos) and all(info.is_current for info in infos)
+
+
 def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):
     no_new_rejected_files = next(c for c in ALL_CHECKS if c.check_keys == {dg.AssetCheckKey(
         dg.AssetKey("event_batches"), "no_new_rejected_files")})
@@ -538,6 +545,8 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     assert verdict.description == data.description
     assert verdict.metadata["rejected_reason"].value == data.metadata["rejected_reason"].value
     assert verdict.metadata["next_step"].value.startswith("Next: fix the file and drop it into the landing folder")
+    assert verdicts["good"].evaluation.target_materialization_data.run_id == verdicts["good"].run_id
+    assert verdicts_judge_the_newest_materialisations(instance)
     # the next batch's check reports the rejection since it last ran, once
     later = ingest("later")
     (check,) = checks_named(later, "no_new_rejected_files")
@@ -610,6 +619,7 @@ def test_one_run_ingests_a_range_and_a_rejected_file_fails_only_its_partition(tm
         FILE_NOT_REJECTED, limit=10) if r.run_id == run.run_id}
     assert {key: v.passed for key, v in verdicts.items()} == {"b1": True, "b2": False, "b3": True}
     assert verdicts["b2"].description == failure.step_failure_data.user_failure_data.description
+    assert verdicts["b2"].target_materialization_data is None and verdicts_judge_the_newest_materialisations(instance)
     with Store.open(home, BANK_VIEWS) as store:
         assert store.con.execute("SELECT batch_id, status FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == [
             ("b1", "archived"), ("b2", "rejected"), ("b3", "archived")]
