@@ -147,6 +147,12 @@ def close_dialog(page) -> None:
     page.get_by_role("dialog").wait_for(state="detached", timeout=15_000)
 
 
+def partition_list_row(page, key: str):
+    """A partition's entry in the list of a check's Partitions tab. The name is also in the partition selector
+    above it (a tag, or its menu's item), which comes first on the page."""
+    return page.get_by_title(key, exact=True).last
+
+
 def check_row(page, check: str):
     """The entry of the asset's checks list for `check`: the element whose whole text is the check's name
     (twice: its label and its key) and its status (Succeeded, Failed, Warning…)."""
@@ -161,6 +167,11 @@ def shown_value(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def shown_markdown(cell: str) -> str:
+    """A Markdown table cell's text as the UI shows it: code without its backticks, `\\|` as `|`."""
+    return cell.replace("`", "").replace("\\|", "|")
 
 
 def _check(instance: dg.DagsterInstance, view: str, name: str):
@@ -209,14 +220,20 @@ def test_the_ui_shows_what_is_wrong_and_where(dagster_dev):
             expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
             expect(page.get_by_text("Materialized (2)", exact=True)).to_be_visible()
             page.screenshot(path=str(SCREENSHOTS / "event_batches-partitions.png"), full_page=True)
-            # the reason is on that partition: its file_not_rejected verdict, red, with the reason and what to do
+            # the reason is on that partition: its file_not_rejected verdict, red, with the reason and what to do;
+            # the archived files' verdicts pass (each judges its partition's newest materialisation)
             page.goto(f"{url}/assets/event_batches?view=checks&checkDetail=file_not_rejected", wait_until="networkidle")
             page.locator("button[role=tab]", has_text="Partitions").click(timeout=30_000)  # the check's tab
-            page.get_by_text(BROKEN, exact=True).first.click(timeout=30_000)
+            expect(page.get_by_text(re.compile(r"^Failed\s*\(1\)$")).first).to_be_visible(timeout=30_000)
+            expect(page.get_by_text(re.compile(r"^Passed\s*\(2\)$")).first).to_be_visible(timeout=30_000)
+            page.keyboard.press("Escape")  # the partition selector's menu, if open, would take the click
+            partition_list_row(page, BROKEN).click(timeout=30_000)
             verdict = _verdict(instance, BROKEN)
             assert not verdict.passed and verdict.description.startswith(f"batch {BROKEN} was rejected: "), verdict
-            for text in (verdict.description, "rejected_reason", verdict.metadata["rejected_reason"].value):
-                expect(page.get_by_text(text, exact=True).first).to_be_visible(timeout=30_000)
+            assert verdict.description.endswith(verdict.metadata["next_step"].value), verdict
+            expect(page.get_by_text(verdict.description, exact=True).first).to_be_visible(timeout=30_000)
+            for key in ("rejected_reason", "next_step"):
+                expect(metadata_row(page, key)).to_contain_text(verdict.metadata[key].value)
             page.screenshot(path=str(SCREENSHOTS / "event_batches-rejected-partition.png"), full_page=True)
             page.goto(f"{url}/runs/{failed[0].run_id}", wait_until="networkidle")
             expect(page.get_by_text(f"batch {BROKEN} was rejected").first).to_be_visible(timeout=30_000)
@@ -257,7 +274,7 @@ def test_the_ui_shows_what_is_wrong_and_where(dagster_dev):
             expect(check_row(page, "reject_rate")).to_contain_text("Failed", timeout=30_000)
             page.goto(f"{url}/assets/account_activity?view=checks&checkDetail=reject_rate", wait_until="networkidle")
             reasons = _check(instance, "account_activity", "reject_rate").evaluation.metadata["top_reasons"].value
-            commonest = reasons.splitlines()[2].split(" | ")[0].removeprefix("| ")
+            commonest = shown_markdown(reasons.splitlines()[2].split(" | ")[0].removeprefix("| "))
             expect(metadata_row(page, "next_command")).to_contain_text(
                 "inorder errors --view account_activity --kind handler_error", timeout=30_000)
             top_reasons = show_markdown(page, "top_reasons")
