@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from datetime import date, datetime, timezone
+import decimal
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Callable, Mapping
 
@@ -91,9 +92,15 @@ def _double(sql_type: str, null: Callable[[], None], where: str) -> Converter:
     return convert
 
 
+def decimal_context(precision: int) -> decimal.Context:
+    """The arithmetic that rounds a value to a DECIMAL(precision, s) column: every digit the column holds and
+    one for a carry (the default context's 28 digits would refuse a DECIMAL(38,10) value)."""
+    return decimal.Context(prec=precision + 1, rounding=ROUND_HALF_UP)
+
+
 def _decimal(sql_type: str, null: Callable[[], None], where: str) -> Converter:
     precision, scale = decimal_precision_scale(sql_type)
-    quantum, digits = Decimal(1).scaleb(-scale), precision - scale
+    quantum, digits, context = Decimal(1).scaleb(-scale), precision - scale, decimal_context(precision)
 
     def convert(v: Any) -> Any:
         if v.__class__ is Decimal:
@@ -105,8 +112,10 @@ def _decimal(sql_type: str, null: Callable[[], None], where: str) -> Converter:
         else:
             d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
         try:
-            q = d.quantize(quantum, ROUND_HALF_UP)
-        except InvalidOperation:  # not finite, or more digits than any DECIMAL holds
+            if not d.is_finite():  # a NaN would round to itself
+                raise InvalidOperation
+            q = d.quantize(quantum, ROUND_HALF_UP, context)
+        except InvalidOperation:  # not finite, or more digits than the column holds
             raise Reject(f"{where}: {v} does not fit {sql_type}") from None
         if q and q.adjusted() >= digits:
             raise Reject(f"{where}: {v} is out of range for {sql_type}")
@@ -193,8 +202,11 @@ def row_normaliser(name: str, columns: Mapping[str, str], primary_key: tuple[str
         elif sql_type.startswith("DECIMAL"):  # no cheap test of a Decimal's scale: always rounded to it
             precision, scale = decimal_precision_scale(sql_type)
             names[f"_q{i}"] = Decimal(1).scaleb(-scale)
-            value = (f"(q if not (q := {v}.quantize(_q{i}, _HALF_UP)) or q.adjusted() < {precision - scale} "
-                     f"else {convert}(q)) if {v}.__class__ is _Decimal else {convert}({v})")
+            names[f"_x{i}"] = decimal_context(precision)
+            # rounded here when finite and in range; anything else is the converter's, which refuses it
+            value = (f"q if {v}.__class__ is _Decimal and {v}.is_finite() and {v}.adjusted() < {precision - scale} "
+                     f"and (not (q := {v}.quantize(_q{i}, _HALF_UP, _x{i})) or q.adjusted() < {precision - scale}) "
+                     f"else {convert}({v})")
         else:
             value = f"{convert}({v})"
         items.append(f"{column!r}: {value}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import typing
 from dataclasses import dataclass
 from decimal import Decimal
@@ -57,17 +58,37 @@ class Check:
     places: int | None = None
 
     def problem(self, value: Any) -> str | None:
-        """Why `value` breaks the rule, or None."""
+        """Why `value` breaks the rule, or None. A number that is not finite (a Decimal field takes the JSON
+        string "NaN" or "Infinity") is refused, never compared."""
         if value is None:
             return None
-        for bound, holds, word in ((self.gt, lambda b: value > b, ">"), (self.ge, lambda b: value >= b, ">="),
-                                   (self.lt, lambda b: value < b, "<"), (self.le, lambda b: value <= b, "<=")):
-            if bound is not None and not holds(bound):
-                return f"must be {word} {bound}, got {value}"
-        if self.places is not None and isinstance(value, Decimal):
-            if not value.is_finite() or value != value.quantize(Decimal(1).scaleb(-self.places)):
-                return f"must have at most {self.places} decimal places, got {value}"
+        if not _finite(value):
+            return f"must be a finite number, got {value}"
+        if self.gt is not None and not value > self.gt:
+            return f"must be > {self.gt}, got {value}"
+        if self.ge is not None and not value >= self.ge:
+            return f"must be >= {self.ge}, got {value}"
+        if self.lt is not None and not value < self.lt:
+            return f"must be < {self.lt}, got {value}"
+        if self.le is not None and not value <= self.le:
+            return f"must be <= {self.le}, got {value}"
+        if self.places is not None and isinstance(value, Decimal) and _places(value) > self.places:
+            return f"must have at most {self.places} decimal places, got {value}"
         return None
+
+
+def _finite(value: Any) -> bool:
+    return value.is_finite() if isinstance(value, Decimal) else not isinstance(value, float) or math.isfinite(value)
+
+
+def _places(value: Decimal) -> int:
+    """Digits after the point that count (1.500 has one): read off the digits, so that no size of number
+    can make the arithmetic context round or raise."""
+    _, digits, exponent = value.as_tuple()
+    significant = "".join(map(str, digits)).rstrip("0")
+    if not significant:
+        return 0
+    return max(0, -(exponent + len(digits) - len(significant)))
 
 
 def _checks(event_class: type) -> tuple[tuple[str, Check], ...]:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 import math
 from datetime import date, datetime, timedelta, timezone
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -210,11 +210,14 @@ def _norm_value(sql_type: str, value: Any) -> Any:
         return None
     if sql_type.startswith("DECIMAL"):
         precision, scale = (int(x) for x in sql_type[8:-1].split(","))
-        try:
-            q = Decimal(str(_number(value))).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+        exact = Decimal(str(_number(value)))
+        if not exact.is_finite():
+            raise Reject(f"{value} does not fit {sql_type}")
+        try:  # with every digit the column holds (the default context's 28 would refuse a DECIMAL(38,10) value)
+            q = exact.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=Context(prec=precision + 1))
         except InvalidOperation:
             raise Reject(f"{value} does not fit {sql_type}") from None
-        if abs(q) >= Decimal(10) ** (precision - scale):
+        if q.copy_abs() >= Decimal(10) ** (precision - scale):  # abs() would round to the context's 28 digits
             raise Reject(f"{value} does not fit {sql_type}")
         return q
     if sql_type in ("BIGINT", "INTEGER"):

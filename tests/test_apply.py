@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines.testing import replay
 from pipelines.view import Reject, Table, View
@@ -227,3 +231,29 @@ def test_only_an_aggregates_sums_must_fit_their_column():
     assert result.errors == [] and result.tables["totals"] == [{"day": "d", "n": 2 ** 63 - 10}]
     (error,) = run_with(10, 2 ** 63 - 1).errors
     assert error["seq"] == 2 and error["error_class"] == "reject" and "BIGINT" in error["message"]
+
+
+DECIMALS = st.one_of(st.decimals(allow_nan=True, allow_infinity=True),
+                     st.decimals(min_value=Decimal("-1e30"), max_value=Decimal("1e30"), places=12),
+                     st.sampled_from([Decimal("1E+400"), Decimal("-1E-400"), Decimal("sNaN"), Decimal("9" * 28 + ".995")]))
+
+
+@given(value=DECIMALS, sql_type=st.sampled_from(["DECIMAL(12,2)", "DECIMAL(18,0)", "DECIMAL(38,10)", "DECIMAL(5,5)"]))
+@settings(max_examples=400, deadline=None)
+def test_a_decimal_is_rounded_to_its_column_or_refused_as_the_reference_model_says(value, sql_type):
+    """Any Decimal a handler writes (a typed payload takes "NaN", "1E+400" or 40 digits): the row normaliser's
+    fast path and its converter agree with the reference model, and nothing but a `Reject` escapes them."""
+    from pipelines.columns import decimal_precision_scale, row_normaliser
+    from tests.reference_model import _norm_value
+
+    normalise = row_normaliser("t", {"k": "VARCHAR", "v": sql_type}, ("k",))
+    try:
+        expected = _norm_value(sql_type, value)
+    except Reject:
+        expected = Reject
+    try:
+        got = normalise({"k": "x", "v": value})["v"]
+    except Reject:
+        got = Reject
+    scale = decimal_precision_scale(sql_type)[1]
+    assert got == expected and (got is Reject or (got.is_finite() and got.as_tuple().exponent == -scale))
