@@ -1,7 +1,7 @@
 """The walk's speed in-process, no Spark: handler calls per CPU-second of the executor's body (a
 partition's rows decoded, ordered, applied and written out as Arrow batches) over the bank views.
 
-The messages are generated once (views/bank_generator.py) and normalised as the ingest does; each
+The messages are generated once (demos/bank.py) and normalised as the ingest does; each
 checkout named on the command line then walks the same messages in a process of its own (PYTHONPATH set
 to it), the checkouts taking turns round after round, so a slower machine moment costs both alike.
 Each round is one partition holding every stream; a checkout's figure is its best round.
@@ -30,7 +30,7 @@ BATCH_ROWS = 10_000  # Spark's Arrow batches (spark.sql.execution.arrow.maxRecor
 
 
 def generate(folder: Path, events: int, streams: int, batches: int) -> list[Path]:
-    from views.bank_generator import GeneratorConfig, generate as write_batches
+    from demos.bank import GeneratorConfig, generate as write_batches
     return write_batches(folder, GeneratorConfig(events=events, streams=streams, batches=batches))
 
 

@@ -24,7 +24,7 @@ def deposited_with_a_bug(event, tables):
     amount = event.payload.get("amount")
     if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount > 100:
         return event.payload["amout"]
-    return accounts_view.deposited(event, tables)
+    return accounts_view.VIEW.handlers["Deposited"](event, tables)  # the typed handler, as the engine calls it
 
 
 BROKEN = dataclasses.replace(accounts_view.VIEW, handlers={**accounts_view.VIEW.handlers,

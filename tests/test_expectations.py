@@ -208,7 +208,7 @@ def test_sample_follows_table_order_after_updates_and_deletes():
     assert _failure(result, "expect_column_values_to_be_between")["unexpected_count"] == 515
 
 
-BANK_AND_SHOP = [v for v in load_views("views,shop.views") if v.expectations]
+BANK_AND_SHOP = [v for v in load_views("views,shop.views") if v.rules]
 
 
 def _broken_value(sql_type: str, i: int):
@@ -244,7 +244,7 @@ def test_the_repository_views_expectations_on_broken_tables(view):
         rows = [[_broken_value(t, i * (j + 2)) for j, t in enumerate(table.columns.values())] for i in range(60)]
         con.executemany(f'INSERT INTO "{table.name}" SELECT {casts}', rows)
     evaluated, failures = _both(con, view)
-    assert evaluated == len(view.expectations) and failures
+    assert evaluated == len(view.rules) and failures
 
 
 @pytest.mark.parametrize("view", BANK_AND_SHOP, ids=lambda v: v.name)
@@ -252,7 +252,7 @@ def test_the_repository_views_pass_on_clean_tables(view):
     con = duckdb.connect()
     for table in view.tables:
         con.execute(table.ddl())
-    assert _both(con, view) == (len(view.expectations), [])
+    assert _both(con, view) == (len(view.rules), [])
 
 
 # -- random tables --------------------------------------------------------------------------------------------
