@@ -17,10 +17,13 @@ data, never a bug in the view. Constraints are msgspec's own `Meta` (on `int`, `
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import functools
 import inspect
 import math
+import operator
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -49,36 +52,60 @@ def payload_json(event: Any) -> bytes:
 class Check:
     """Bounds on a number field, checked after decoding: `Annotated[Decimal, Check(gt=0, places=2)]`.
 
-    gt, ge, lt, le: bounds; places: at most this many digits after the point (a Decimal)."""
+    gt, ge, lt, le: bounds; places: at most this many digits after the point (a Decimal); json_number: the
+    value must come as a JSON number (a Decimal field otherwise also reads one from a string, "12.50")."""
 
     gt: Any = None
     ge: Any = None
     lt: Any = None
     le: Any = None
     places: int | None = None
+    json_number: bool = False
+    # the bounds given, as (operator, bound): a payload's field is checked on every message
+    _bounds: tuple[tuple[str, Any], ...] = field(default=(), init=False, repr=False, compare=False)
+    _quantum: Decimal | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
+        object.__setattr__(self, "_bounds", tuple(b for b in given if b[1] is not None))
+        object.__setattr__(self, "_quantum", None if self.places is None else Decimal(1).scaleb(-self.places))
 
     def problem(self, value: Any) -> str | None:
         """Why `value` breaks the rule, or None. A number that is not finite (a Decimal field takes the JSON
         string "NaN" or "Infinity") is refused, never compared."""
         if value is None:
             return None
-        if not _finite(value):
+        exact = isinstance(value, Decimal)
+        if not (value.is_finite() if exact else not isinstance(value, float) or math.isfinite(value)):
             return f"must be a finite number, got {value}"
-        if self.gt is not None and not value > self.gt:
-            return f"must be > {self.gt}, got {value}"
-        if self.ge is not None and not value >= self.ge:
-            return f"must be >= {self.ge}, got {value}"
-        if self.lt is not None and not value < self.lt:
-            return f"must be < {self.lt}, got {value}"
-        if self.le is not None and not value <= self.le:
-            return f"must be <= {self.le}, got {value}"
-        if self.places is not None and isinstance(value, Decimal) and _places(value) > self.places:
+        for word, bound in self._bounds:
+            if not _HOLDS[word](value, bound):
+                return f"must be {word} {bound}, got {value}"
+        if exact and self.places is not None and _places(value) > self.places:
             return f"must have at most {self.places} decimal places, got {value}"
         return None
 
+    def may_fail(self, v: str, names: dict[str, Any]) -> str:
+        """A Python expression, true when the value in variable `v` may break the rule (then `problem` tells):
+        what a payload's checker runs on every message, so the common case costs a few comparisons.
+        `names` receives the values it refers to."""
+        key = f"_check{len(names)}"
+        tests = [f"not ({v}.is_finite() if isinstance({v}, _Decimal) else not isinstance({v}, float) "
+                 f"or _isfinite({v}))"]
+        for n, (word, bound) in enumerate(self._bounds):
+            names[f"{key}_{n}"] = bound
+            tests.append(f"not {v} {word} {key}_{n}")
+        if self.places is not None:
+            # rounding to the places tells at once, for any number that rounding cannot make too long
+            names[f"{key}_q"] = self._quantum
+            tests.append(f"(isinstance({v}, _Decimal) and ({v}.adjusted() >= {_QUICK_DIGITS} or "
+                         f"{v} != {v}.quantize({key}_q, context=_ROUNDING)))")
+        return " or ".join(tests)
 
-def _finite(value: Any) -> bool:
-    return value.is_finite() if isinstance(value, Decimal) else not isinstance(value, float) or math.isfinite(value)
+
+_HOLDS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+_QUICK_DIGITS = 900
+_ROUNDING = decimal.Context(prec=_QUICK_DIGITS + 100)  # rounds any number under 1E+900 to a few places
 
 
 def _places(value: Decimal) -> int:
@@ -91,10 +118,87 @@ def _places(value: Decimal) -> int:
     return max(0, -(exponent + len(digits) - len(significant)))
 
 
+def payload_checker(checks: tuple[tuple[str, Check], ...]) -> Callable[[Any], tuple[str, str] | None]:
+    """One function over a decoded payload's checked fields: (field, problem) for the first that breaks its
+    rule, or None. Generated, because it runs on every message: a field that keeps its rule costs the
+    comparisons of `Check.may_fail`, and only a field that may not is worded by `Check.problem`."""
+    names: dict[str, Any] = {"_Decimal": Decimal, "_isfinite": math.isfinite, "_ROUNDING": _ROUNDING}
+    body = ["def check(payload):"]
+    for n, (field_name, check) in enumerate(checks):
+        names[f"_c{n}"] = check
+        body += [f"    v{n} = payload.{field_name}",
+                 f"    if v{n} is not None and ({check.may_fail(f'v{n}', names)}):",
+                 f"        problem = _c{n}.problem(v{n})",
+                 "        if problem is not None:",
+                 f"            return {field_name!r}, problem"]
+    body.append("    return None")
+    exec("\n".join(body), names)  # noqa: S102 - built from the class's field names, which are identifiers
+    return names["check"]
+
+
 def _checks(event_class: type) -> tuple[tuple[str, Check], ...]:
     hints = typing.get_type_hints(event_class, include_extras=True)
     return tuple((name, meta) for name, hint in hints.items() if typing.get_origin(hint) is typing.Annotated
                  for meta in hint.__metadata__ if isinstance(meta, Check))
+
+
+_ANY_JSON = msgspec.json.Decoder().decode
+
+
+class _Unfit(Exception):
+    """A decoded payload's field broke its `Check`: (field, problem)."""
+
+
+class PayloadDecoder:
+    """Decodes payloads of one event class: msgspec's decoder, then the class's checks. A frozen class's
+    payloads are shared: the same text decodes to an equal value that no handler can change, so every view
+    of a message takes the one object (the bank's three views of a deposit decode it once). The memo holds a
+    pass's recent texts, and starts again when full."""
+
+    MEMO_SIZE = 4096
+
+    def __init__(self, event_class: type) -> None:
+        self._decode = msgspec.json.Decoder(event_class).decode
+        checks = _checks(event_class)
+        self._check = payload_checker(checks) if checks else None
+        self._json_numbers = tuple(name for name, check in checks if check.json_number)
+        self._memo: dict[str, Any] | None = {} if _frozen(event_class) else None
+
+    def decode(self, text: str) -> Any:
+        """The payload; raises msgspec.ValidationError (it does not fit the class) or `_Unfit`."""
+        memo = self._memo
+        if memo is not None:
+            payload = memo.get(text)
+            if payload is not None:
+                return payload
+        payload = self._decode(text)
+        if self._check is not None:
+            broken = self._check(payload)
+            if broken is not None:
+                raise _Unfit(*broken)
+        if self._json_numbers:
+            sent = _ANY_JSON(text)  # an object: the class decoded from it
+            for name in self._json_numbers:
+                if sent.get(name).__class__ is str:
+                    raise _Unfit(name, "must be a JSON number, got a string")
+        if memo is not None:
+            if len(memo) >= self.MEMO_SIZE:
+                memo.clear()
+            memo[text] = payload
+        return payload
+
+
+def _frozen(event_class: type) -> bool:
+    config = getattr(event_class, "__struct_config__", None)
+    if config is not None:
+        return bool(config.frozen)
+    return dataclasses.is_dataclass(event_class) and event_class.__dataclass_params__.frozen
+
+
+@functools.lru_cache(maxsize=None)
+def payload_decoder(event_class: type) -> PayloadDecoder:
+    """The one decoder of an event class in this process, which every view's handler of it shares."""
+    return PayloadDecoder(event_class)
 
 
 class TypedHandler:
@@ -102,38 +206,31 @@ class TypedHandler:
     payload into the class and calls `function(payload, tables)`, or `function(payload, tables, event)`
     when the function takes a third parameter (the envelope: stream id, seq, occurred_at…)."""
 
-    __slots__ = ("function", "event_class", "_decode", "_checks", "_with_envelope", "__wrapped__")
+    __slots__ = ("function", "event_class", "_decode", "_with_envelope", "__wrapped__")
 
     def __init__(self, function: Callable[..., None], event_class: type) -> None:
         self.function = self.__wrapped__ = function
         self.event_class = event_class
-        self._decode = msgspec.json.Decoder(event_class).decode
-        self._checks = _checks(event_class)
+        self._decode = payload_decoder(event_class).decode
         parameters = inspect.signature(function).parameters.values()
         positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._with_envelope = len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
-    def decode(self, event: Event) -> Any:
-        """The payload as an instance of the event class, or `Reject` naming the field that does not fit."""
-        try:
-            payload = self._decode(event.payload_json)
-        except msgspec.ValidationError as exc:
-            raise Reject(f"{self._what(event)}: {exc}") from None
-        for field_name, check in self._checks:
-            problem = check.problem(getattr(payload, field_name))
-            if problem is not None:
-                raise Reject(f"{self._what(event)}: `{field_name}` {problem}")
-        return payload
-
-    def _what(self, event: Event) -> str:
+    def _refusal(self, event: Event, exc: Exception) -> Reject:
+        """A payload that does not fit the class is refused (data), naming the field, never a bug."""
         name = self.event_class.__name__
-        return name if event.event_type == name else f"{event.event_type} ({name})"
+        what = name if event.event_type == name else f"{event.event_type} ({name})"
+        return Reject(f"{what}: `{exc.args[0]}` {exc.args[1]}" if isinstance(exc, _Unfit) else f"{what}: {exc}")
 
     def __call__(self, event: Event, tables: Any) -> None:
+        try:
+            payload = self._decode(event.payload_json)
+        except (msgspec.ValidationError, _Unfit) as exc:
+            raise self._refusal(event, exc) from None
         if self._with_envelope:
-            self.function(self.decode(event), tables, event)
+            self.function(payload, tables, event)
         else:
-            self.function(self.decode(event), tables)
+            self.function(payload, tables)
 
     def __reduce__(self):
         return TypedHandler, (self.function, self.event_class)

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import views.account_activity as activity
 from pipelines.view import Event
-from views.money import amount_of
+from tests.bank_classic_views import amount_of
 
 VIEWS = "views.accounts,views.daily_totals,tests.bank_changed"
 

@@ -5,7 +5,7 @@ run on Spark's Python workers, where this module is importable as `tests.counts_
 from __future__ import annotations
 
 from pipelines.view import Table, View
-from views.money import amount_of
+from tests.bank_classic_views import amount_of
 
 BUG_ABOVE = 1000  # a deposit over this reads a payload field that no message has: a KeyError, a bug
 

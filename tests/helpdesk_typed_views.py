@@ -16,27 +16,27 @@ import msgspec
 from inorder import DECIMAL, INTEGER, Check, Column, Event, Reject, Table, View
 
 
-class TicketOpened(msgspec.Struct):
+class TicketOpened(msgspec.Struct, frozen=True):
     priority: Annotated[int, msgspec.Meta(ge=1, le=5)]
     urgent: bool
     cost: Decimal
     title: str = ""
 
 
-class Replied(msgspec.Struct):
+class Replied(msgspec.Struct, frozen=True):
     pass
 
 
-class EffortLogged(msgspec.Struct):
+class EffortLogged(msgspec.Struct, frozen=True):
     hours: Annotated[Decimal, Check(gt=0)]
     rate: Decimal = Decimal(0)
 
 
-class Closed(msgspec.Struct):
+class Closed(msgspec.Struct, frozen=True):
     pass
 
 
-class Reopened(msgspec.Struct):
+class Reopened(msgspec.Struct, frozen=True):
     pass
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pipelines.view import Reject, Table, View
 from tests.builders import batch, dep, msg, opened, wd
-from views.money import amount_of
+from tests.bank_classic_views import amount_of
 
 HOLDS = View(
     name="holds",

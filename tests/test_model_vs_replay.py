@@ -25,7 +25,7 @@ from tests.shop_strategies import shop_scenarios
 from tests.strategies import hard_scenarios
 from pipelines.view import Reject
 from views import accounts as accounts_view
-from views.money import amount_of
+from tests.bank_classic_views import amount_of
 
 FAST = settings(deadline=None, suppress_health_check=list(HealthCheck))
 

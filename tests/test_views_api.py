@@ -334,3 +334,62 @@ def test_the_cli_runs_an_older_module_and_says_each_older_declaration_once(tmp_p
     assert all("is deprecated" in line for line in notes)
     assert any("Column(str)" in line for line in notes) and any("@VIEW.on(EventClass)" in line for line in notes)
     assert "created the inorder home" in done.stdout
+
+
+class _Checked(msgspec.Struct):
+    value: object
+
+
+@given(value=st.one_of(st.decimals(), st.floats(), st.integers(), st.none(),
+                       st.sampled_from([Decimal("1E+1000"), Decimal("-1E-1000"), Decimal("1.500"), Decimal("0E-9")])),
+       bounds=st.dictionaries(st.sampled_from(["gt", "ge", "lt", "le"]), st.decimals(-100, 100, allow_nan=False)),
+       places=st.none() | st.integers(0, 4))
+@settings(max_examples=500, deadline=None)
+def test_the_generated_payload_check_says_what_check_problem_says(value, bounds, places):
+    from pipelines.events import payload_checker
+
+    check = Check(**bounds, places=places)
+    problem = check.problem(value)
+    assert payload_checker((("value", check),))(_Checked(value)) == (None if problem is None else ("value", problem))
+
+
+def test_a_frozen_payload_is_decoded_once_for_every_view_and_a_thawed_one_for_each():
+    class Frozen(msgspec.Struct, frozen=True):
+        amount: Annotated[Decimal, Check(gt=0)]
+
+    class Thawed(msgspec.Struct):
+        amount: Decimal
+
+    seen: dict[str, list] = {"Frozen": [], "Thawed": []}
+    views = []
+    for n in range(3):
+        view = View(name=f"share_{n}", tables=(Table.per_stream(f"share_{n}", key="k", columns={}),),
+                    subscribes=("account",))
+        view.on(Frozen)(lambda e, tables: seen["Frozen"].append(e))
+        view.on(Thawed)(lambda e, tables: seen["Thawed"].append(e))
+        views.append(view)
+    records = [_record("a1", 1, "Frozen", {"amount": 5}), _record("a1", 2, "Thawed", {"amount": 5}),
+               _record("a1", 3, "Frozen", {"amount": -1})]
+    results = [replay(view, records) for view in views]
+    frozen, thawed = seen["Frozen"], seen["Thawed"]
+    assert len(frozen) == len(thawed) == 3 and all(e == Frozen(Decimal(5)) for e in frozen)
+    assert frozen[0] is frozen[1] is frozen[2]  # one decode, shared
+    assert len({id(e) for e in thawed}) == 3  # each view its own, to change as it likes
+    assert all([e["seq"] for e in r.errors] == [3] for r in results)  # a refusal is never memoised away
+
+
+def test_json_number_refuses_a_number_sent_as_a_string():
+    class Charged(msgspec.Struct, frozen=True):
+        fee: Annotated[Decimal, Check(ge=0, json_number=True)]
+        note: str = ""
+
+    view = View(name="charges_api", tables=(Table.per_stream("charges_api", key="k", columns={
+        "fee": Column(DECIMAL(8, 2))}),), subscribes=("account",))
+    view.on(Charged)(lambda e, tables: tables.charges_api.save(fee=e.fee))
+    result = replay(view, [_record("a1", 1, "Charged", {"fee": 12.5}), _record("a2", 1, "Charged", {"fee": "12.5"}),
+                           _record("a3", 1, "Charged", {"fee": "NaN"}), _record("a4", 1, "Charged", {"fee": 0})])
+    assert [(r["k"], r["fee"]) for r in result.tables["charges_api"]] == [("a1", Decimal("12.50")),
+                                                                          ("a4", Decimal("0.00"))]
+    assert [(e["stream_id"], e["message"]) for e in result.errors] == [
+        ("a2", "Charged: `fee` must be a JSON number, got a string"),
+        ("a3", "Charged: `fee` must be a finite number, got NaN")]

@@ -10,7 +10,6 @@ from decimal import Decimal
 from inorder import DECIMAL, Alerts, Column, Event, Table, View
 from views.design import LATE_BY_DESIGN
 from views.events import Deposited, Withdrawn
-from views.money import refuse_quoted_amount
 
 ACCOUNT_ACTIVITY = Table.append("account_activity", key=("account_id", "position"), stream_key="account_id",
                                 unique=(("account_id", "position"), ("account_id", "seq")), columns={
@@ -46,11 +45,9 @@ def _record(tables, event: Event, signed_amount: Decimal, amount: Decimal) -> No
 
 @VIEW.on(Deposited)
 def deposited(deposit: Deposited, tables, event: Event) -> None:
-    refuse_quoted_amount(event)
     _record(tables, event, deposit.amount, deposit.amount)
 
 
 @VIEW.on(Withdrawn)
 def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
-    refuse_quoted_amount(event)
     _record(tables, event, -withdrawal.amount, withdrawal.amount)

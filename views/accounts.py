@@ -11,7 +11,6 @@ from decimal import Decimal
 from inorder import DECIMAL, Alerts, Column, Event, Reject, Table, Thresholds, View
 from views.design import LATE_BY_DESIGN
 from views.events import AccountOpened, Deposited, Withdrawn
-from views.money import refuse_quoted_amount
 
 ACCOUNTS = Table.per_stream("accounts", key="account_id", columns={
     "account_id": Column(str, not_null=True, unique=True, doc="the account (its stream id)"),
@@ -58,14 +57,12 @@ def account_opened(opened: AccountOpened, tables, event: Event) -> None:
 
 @VIEW.on(Deposited)
 def deposited(deposit: Deposited, tables, event: Event) -> None:
-    refuse_quoted_amount(event)
     row = _open_account(tables)
     _save_applied(tables, row, event, balance=row["balance"] + deposit.amount)
 
 
 @VIEW.on(Withdrawn)
 def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
-    refuse_quoted_amount(event)
     row = _open_account(tables)
     if withdrawal.amount > row["balance"]:
         raise Reject("insufficient funds")

@@ -5,12 +5,11 @@ An aggregate table: handlers only add increments, so the order between streams n
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime, timezone
 
-from inorder import DECIMAL, Alerts, Column, Event, Table, View
+from inorder import DECIMAL, Alerts, Column, Event, Reject, Table, View
 from views.design import LATE_BY_DESIGN
 from views.events import Deposited, Withdrawn
-from views.money import refuse_quoted_amount, utc_day
 
 DAILY_TOTALS = Table.aggregate("daily_totals", key=("day",), columns={
     "day": Column(date, not_null=True, unique=True, doc="the UTC day the money moved (from occurred_at)"),
@@ -29,13 +28,25 @@ VIEW = View(
 )
 
 
+def utc_day(event: Event) -> date:
+    """The UTC calendar date of `occurred_at` (ISO 8601; a naive time is taken as UTC)."""
+    text = event.occurred_at
+    if not isinstance(text, str) or not text:
+        raise Reject("occurred_at is missing")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise Reject(f"occurred_at is not ISO 8601: {text[:64]!r}") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    return moment.date()
+
+
 @VIEW.on(Deposited)
 def deposited(deposit: Deposited, tables, event: Event) -> None:
-    refuse_quoted_amount(event)
     tables.daily_totals.add({"day": utc_day(event)}, deposits=deposit.amount, deposit_count=1)
 
 
 @VIEW.on(Withdrawn)
 def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
-    refuse_quoted_amount(event)
     tables.daily_totals.add({"day": utc_day(event)}, withdrawals=withdrawal.amount, withdrawal_count=1)

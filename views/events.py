@@ -17,21 +17,15 @@ from inorder import Check
 MAX_AMOUNT = Decimal("9999999999999999.99")  # the largest DECIMAL(18,2)
 
 # Money: more than zero, in cents, and within the columns it is summed into.
-Amount = Annotated[Decimal, Check(gt=0, le=MAX_AMOUNT, places=2)]
+Amount = Annotated[Decimal, Check(gt=0, le=MAX_AMOUNT, places=2, json_number=True)]
 
 
-class AccountOpened(msgspec.Struct):
+class AccountOpened(msgspec.Struct, frozen=True):
     owner: Annotated[str, msgspec.Meta(pattern=r"\S")]  # who opened it: not empty, not only spaces
 
 
-class _MoneyMoved(msgspec.Struct):
-    amount: Amount
-
-    def __post_init__(self) -> None:
-        # msgspec also reads a Decimal from a JSON string, "NaN" included, which no bound can be compared
-        # with: refused here, before the bounds are checked (any other string: `money.refuse_quoted_amount`)
-        if not self.amount.is_finite():
-            raise ValueError("`amount` must be a JSON number")
+class _MoneyMoved(msgspec.Struct, frozen=True):
+    amount: Amount  # a JSON number: "12.50" or "NaN", which a Decimal field would read, are refused
 
 
 class Deposited(_MoneyMoved):

@@ -50,7 +50,7 @@ class KeyedRows:
     """The rows of one stream in a keyed table, by primary key."""
 
     __slots__ = ("table", "stream_id", "rows", "_journal", "_key_cols", "_single", "_normalise", "_lookup",
-                 "_stream_key", "_key_class")
+                 "_stream_key", "_key_class", "_per_stream")
 
     def __init__(self, table: Table, stream_id: str, rows: Iterable[dict], journal: list) -> None:
         self.table = table
@@ -61,6 +61,7 @@ class KeyedRows:
         self._lookup = _key_function(table)
         self._stream_key = table.stream_key
         self._key_class = table.key_class
+        self._per_stream = self._single and self._key_cols[0] == self._stream_key  # `row` and `save` work
         self.rows: dict[Any, dict] = {self._key(r): r for r in rows}
         self._journal = journal
 
@@ -87,7 +88,8 @@ class KeyedRows:
     @property
     def row(self) -> dict | None:
         """The stream's row of a table keyed by the stream id alone (`Table.per_stream`), or None."""
-        return self.get(self._own_key())
+        row = self.rows.get(self._own_key())
+        return None if row is None else dict(row)
 
     def save(self, **changes: Any) -> None:
         """Write the stream's row (`Table.per_stream`): `changes` over its current values, the key filled in."""
@@ -96,7 +98,7 @@ class KeyedRows:
         self.put({**current, **changes} if current is not None else {**changes, self._stream_key: key})
 
     def _own_key(self) -> str:
-        if not self._single or self._key_cols[0] != self._stream_key:
+        if not self._per_stream:
             raise TypeError(f"{self.table.name}: row and save() need a table keyed by the stream id alone "
                             f"(Table.per_stream); its key is {list(self._key_cols)}: use get(*key) and put(row)")
         return self.stream_id

@@ -3,9 +3,8 @@ named as the `type` of its messages. The types of the fields say what the shop t
 does not fit (not a JSON object, a field missing or of another type, a failed constraint) is refused
 (`Reject`, naming the field) before any handler runs. Fields the shop does not know are left alone.
 
-What the types cannot say is checked in `fields`:
-- a Decimal field also decodes from a JSON string ("12.50"), but the shop takes money and weights
-  as JSON numbers only (`fields.numbers_as_sent`);
+Money and weights come as JSON numbers only (`Check(json_number=True)`: a Decimal field also decodes
+from a JSON string, "12.50" or "NaN"). What the types cannot say is checked in `fields`:
 - a weight is a whole number of quarter kilograms (`fields.quarter_kilos`);
 - `paid_at` and `shipped_on` stay text, read as Python reads ISO 8601, a time with no offset being
   UTC (`fields.moment`, `fields.day`). msgspec's RFC 3339 accepts fewer forms and keeps naive times.
@@ -33,17 +32,6 @@ TIERS = get_args(Tier)
 EmailAddress = Annotated[str, Meta(pattern=r"(?s)^[^@]+@.*[^.].*\..*[^.]")]
 
 
-class _Numbers(msgspec.Struct, frozen=True):
-    """An event with Decimal fields. A Decimal also decodes from the JSON string "NaN", which `Check` cannot
-    compare: it is refused here, before the checks run (and `fields.numbers_as_sent` refuses every string)."""
-
-    def __post_init__(self) -> None:
-        for name in self.__struct_fields__:
-            value = getattr(self, name)
-            if isinstance(value, Decimal) and not value.is_finite():
-                raise ValueError(f"`{name}` must be a JSON number, got {value}")
-
-
 class CustomerRegistered(msgspec.Struct, frozen=True):
     name: Text
     email: EmailAddress
@@ -67,15 +55,15 @@ class OrderPlaced(msgspec.Struct, frozen=True):
     gift: bool = False
 
 
-class ItemAdded(_Numbers, frozen=True):
+class ItemAdded(msgspec.Struct, frozen=True):
     sku: Text
     quantity: Annotated[int, Meta(ge=1, le=MAX_QUANTITY)]
-    unit_price: Annotated[Decimal, Check(gt=0, le=MAX_UNIT_PRICE, places=2)]
-    weight_kg: Annotated[Decimal, Check(ge=0, le=MAX_UNIT_WEIGHT_KG)]  # of one unit
+    unit_price: Annotated[Decimal, Check(gt=0, le=MAX_UNIT_PRICE, places=2, json_number=True)]
+    weight_kg: Annotated[Decimal, Check(ge=0, le=MAX_UNIT_WEIGHT_KG, json_number=True)]  # of one unit
 
 
-class OrderPaid(_Numbers, frozen=True):
-    amount: Annotated[Decimal, Check(gt=0, le=MAX_TOTAL, places=2)]
+class OrderPaid(msgspec.Struct, frozen=True):
+    amount: Annotated[Decimal, Check(gt=0, le=MAX_TOTAL, places=2, json_number=True)]
     paid_at: str  # an ISO 8601 time (fields.moment)
 
 
