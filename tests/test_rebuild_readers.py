@@ -114,7 +114,8 @@ def test_a_changed_shop_view_is_noticed_refused_and_rebuilt_while_a_reader_reads
 
     assert orders_code(original)["matches"]
     edited = orders_code(handler)  # a handler edited: status says so before any run
-    assert (edited["matches"], edited["change"], edited["what"]) == (False, "code", "handler OrderPlaced changed")
+    assert (edited["matches"], edited["change"], edited["what"]) == \
+        (False, "code", "handler OrderPlaced, module tests.shop_changed changed")  # the handler and where it now lives
     assert "built by older code" in edited["state"] and edited["stored_fingerprint"] != edited["fingerprint"]
 
     # the UI marks it: the asset's code version is the new fingerprint, the last materialisation the old one
