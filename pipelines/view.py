@@ -7,6 +7,8 @@ does with a handler's value at run time is `pipelines.columns`.
 from __future__ import annotations
 
 import re
+import sys
+import sysconfig
 import warnings
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -45,8 +47,20 @@ class ViewDeprecation(DeprecationWarning):
     """An older way of declaring a view: still runs, and the message names the replacement."""
 
 
-def deprecated(what: str, instead: str, stacklevel: int = 4) -> None:
-    warnings.warn(f"{what} is deprecated: {instead}", ViewDeprecation, stacklevel=stacklevel)
+def deprecated(what: str, instead: str) -> None:
+    """Warn at the author's line that declares the older form: the first caller outside this module, the
+    dataclass machinery (`dataclasses.replace`, the generated `__init__`) and the standard library."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and (frame.f_code.co_filename in _DECLARING or
+                                        frame.f_code.co_filename.startswith(_STDLIB)):
+        frame = frame.f_back
+    warnings.warn_explicit(f"{what} is deprecated: {instead}", ViewDeprecation, frame.f_code.co_filename,
+                           frame.f_lineno, module=frame.f_globals.get("__name__"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
+
+
+_DECLARING = frozenset({__file__, "<string>"})  # this module, and the __init__ dataclasses generate
+_STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 def DECIMAL(precision: int, scale: int) -> str:  # noqa: N802 - named as the SQL type it stands for
@@ -586,8 +600,7 @@ class View:
 
     def handles(self, *event_types: str) -> Callable[[Handler], Handler]:
         """The older name of `on` for event type names."""
-        deprecated(f"view {self.name}: @VIEW.handles(…)", "register with @VIEW.on(EventClass) or @VIEW.on('EventType')",
-                   3)
+        deprecated(f"view {self.name}: @VIEW.handles(…)", "register with @VIEW.on(EventClass) or @VIEW.on('EventType')")
         return self.on(*event_types)
 
     @cached_property

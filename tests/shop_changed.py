@@ -17,7 +17,7 @@ import os
 from dataclasses import replace
 
 import shop.views.orders as shop_orders
-from pipelines.view import Event, add_column
+from pipelines.view import Column, Event, Handlers, add_column
 
 CHANGE = os.environ.get("SHOP_CHANGE", "")
 VIEWS = "shop.views.customers,shop.views.order_items,shop.views.shop_daily,tests.shop_changed"
@@ -34,15 +34,20 @@ def placed_with_channel(event: Event, tables) -> None:
     tables.orders.put({**tables.orders.get(event.stream_id), "channel": "web"})
 
 
+def _with_placed(original, placed) -> Handlers:
+    """The view's handlers with OrderPlaced replaced: what editing the handler in its module does."""
+    return Handlers(original.name, {**original.handlers, "OrderPlaced": placed})
+
+
 def changed_orders(change: str):
     original = shop_orders.ORDERS
     if change in ("handler", "rebuild"):
-        return replace(original, handlers={**original.handlers, "OrderPlaced": placed_upper},
+        return replace(original, handlers=_with_placed(original, placed_upper),
                        on_change="rebuild" if change == "rebuild" else "mark")
     if change in ("table", "migration"):
         (table,) = original.tables
-        return replace(original, tables=(replace(table, columns={**table.columns, "channel": "VARCHAR"}),),
-                       handlers={**original.handlers, "OrderPlaced": placed_with_channel},
+        return replace(original, tables=(replace(table, columns={**table.columns, "channel": Column(str)}),),
+                       handlers=_with_placed(original, placed_with_channel),
                        migrations=(add_column("orders", "channel"),) if change == "migration" else ())
     if change:
         raise ValueError(f"SHOP_CHANGE={change!r}: one of handler, table, migration, rebuild")
