@@ -88,24 +88,27 @@ class KeyedRows:
     @property
     def row(self) -> dict | None:
         """The stream's row of a table keyed by the stream id alone (`Table.per_stream`), or None."""
-        row = self.rows.get(self._own_key())
+        if not self._per_stream:
+            self._not_per_stream()
+        row = self.rows.get(self.stream_id)
         return None if row is None else dict(row)
 
     def save(self, **changes: Any) -> None:
         """Write the stream's row (`Table.per_stream`): `changes` over its current values, the key filled in."""
-        key = self._own_key()
-        current = self.rows.get(key)
-        self.put({**current, **changes} if current is not None else {**changes, self._stream_key: key})
-
-    def _own_key(self) -> str:
         if not self._per_stream:
-            raise TypeError(f"{self.table.name}: row and save() need a table keyed by the stream id alone "
-                            f"(Table.per_stream); its key is {list(self._key_cols)}: use get(*key) and put(row)")
-        return self.stream_id
+            self._not_per_stream()
+        current = self.rows.get(self.stream_id)
+        self.put({**current, **changes} if current is not None else {**changes, self._stream_key: self.stream_id})
+
+    def _not_per_stream(self) -> None:
+        raise TypeError(f"{self.table.name}: row and save() need a table keyed by the stream id alone "
+                        f"(Table.per_stream); its key is {list(self._key_cols)}: use get(*key) and put(row)")
 
     def delete(self, *key: Any) -> None:
         """Delete the row of `key`; with no key, the stream's row (`Table.per_stream`)."""
-        k = self._lookup(key) if key else self._own_key()
+        if not key and not self._per_stream:
+            self._not_per_stream()
+        k = self._lookup(key) if key else self.stream_id
         if k in self.rows:
             self._journal.append((self.rows, k, self.rows[k]))
             del self.rows[k]
