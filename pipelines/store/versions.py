@@ -15,13 +15,15 @@ its last rebuild or migration); when a changed handler projects batches on top o
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import inspect
 import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from types import FunctionType, ModuleType
+from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 import duckdb
@@ -80,31 +82,62 @@ def _defining_modules(view: View) -> set[str]:
     return {m for m in (getattr(x, "__module__", None) for x in (*named, *classes)) if isinstance(m, str)}
 
 
-def own_modules(view: View) -> list[ModuleType]:
-    """The modules whose source decides the view's rows: those that define its handlers, event classes and
-    predicate, and the modules of their own top-level package that they import, transitively (a helper in
-    `shop.views.fields` counts for `shop.views.orders`)."""
-    found: dict[str, ModuleType] = {}
-    queue = [sys.modules[name] for name in _defining_modules(view) if name in sys.modules]
+def own_modules(view: View) -> dict[str, str]:
+    """The source of each module that decides the view's rows, by name: those that define its handlers, event
+    classes and predicate, and the modules of their own top-level package that they import, transitively (a
+    helper in `shop.views.fields` counts for `shop.views.orders`). Read from the modules' import statements,
+    not from what is loaded, so that every process finds the same set whatever it imported before."""
+    found: dict[str, str] = {}
+    queue = sorted(_defining_modules(view))
     while queue:
-        module = queue.pop()
-        top = module.__name__.split(".")[0]
-        if module.__name__ in found or top in _ENGINE_PACKAGES:
+        name = queue.pop()
+        if name in found or name.split(".")[0] in _ENGINE_PACKAGES:
             continue
-        found[module.__name__] = module
-        for value in list(vars(module).values()):
-            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None) \
-                if isinstance(value, (type, FunctionType)) else None
-            if isinstance(name, str) and name.split(".")[0] == top and name in sys.modules:
-                queue.append(sys.modules[name])
-    return [found[name] for name in sorted(found)]
+        source = _module_source(name)
+        if source is not None:
+            found[name] = source
+            queue += _imported_own_modules(name, source)
+    return dict(sorted(found.items()))
 
 
-def _module_source(module: ModuleType) -> str:
+def _module_source(name: str) -> str | None:
+    """A module's source text, or None when it is no module of a file (`from pkg import a_function`)."""
     try:
-        return inspect.getsource(module)
-    except (OSError, TypeError):  # no file (a module built in memory): what can be seen of it
-        return module.__name__
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.has_location or not spec.origin or not spec.origin.endswith(".py"):
+        loaded = sys.modules.get(name)  # a module built in memory: what can be seen of it
+        return None if spec is None and loaded is None else name
+    try:
+        return Path(spec.origin).read_text(encoding="utf-8")
+    except OSError:
+        return name
+
+
+def _imported_own_modules(name: str, source: str) -> list[str]:
+    """The modules of `name`'s own top-level package that its source imports (`import a.b`, `from a import b`,
+    `from .b import c`), whether or not they are modules: `_module_source` tells."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level \
+                else node.module or ""
+            found += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    top = name.split(".")[0]
+    return [n for n in found if n.split(".")[0] == top and n != name]
+
+
+def _is_package(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and hasattr(module, "__path__")
 
 
 def code_parts(view: View) -> dict[str, str]:
@@ -116,7 +149,7 @@ def code_parts(view: View) -> dict[str, str]:
              "version": _digest(view.version)}
     parts.update({f"handler {event_type}": _digest(_handler_source(handler))
                   for event_type, handler in sorted(view.handlers.items())})
-    parts.update({f"module {module.__name__}": _digest(_module_source(module)) for module in own_modules(view)})
+    parts.update({f"module {name}": _digest(source) for name, source in own_modules(view).items()})
     return parts
 
 
