@@ -17,11 +17,13 @@ data, never a bug in the view. Constraints are msgspec's own `Meta` (on `int`, `
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import decimal
 import functools
 import inspect
 import math
 import operator
+import types
 import typing
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -67,6 +69,9 @@ class Check:
 
     def __post_init__(self) -> None:
         given = ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
+        for word, bound in given:
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float, Decimal))):
+                raise TypeError(f"Check: the bound {word} {bound!r} must be a number")
         object.__setattr__(self, "_bounds", tuple(b for b in given if b[1] is not None))
         object.__setattr__(self, "_quantum", None if self.places is None else Decimal(1).scaleb(-self.places))
 
@@ -98,7 +103,7 @@ class Check:
         if self.places is not None:
             # rounding to the places tells at once, for any number that rounding cannot make too long
             names[f"{key}_q"] = self._quantum
-            tests.append(f"(isinstance({v}, _Decimal) and ({v}.adjusted() >= {_QUICK_DIGITS} or "
+            tests.append(f"(isinstance({v}, _Decimal) and ({v}.adjusted() >= {_QUICK_DIGITS - self.places} or "
                          f"{v} != {v}.quantize({key}_q, context=_ROUNDING)))")
         return " or ".join(tests)
 
@@ -137,9 +142,57 @@ def payload_checker(checks: tuple[tuple[str, Check], ...]) -> Callable[[Any], tu
 
 
 def _checks(event_class: type) -> tuple[tuple[str, Check], ...]:
-    hints = typing.get_type_hints(event_class, include_extras=True)
-    return tuple((name, meta) for name, hint in hints.items() if typing.get_origin(hint) is typing.Annotated
-                 for meta in hint.__metadata__ if isinstance(meta, Check))
+    """Each field's `Check`: on the field (`Annotated[Decimal, Check(...)]`), or on an optional one
+    (`Annotated[Decimal, Check(...)] | None`, which a null keeps). A `Check` anywhere deeper (in a list, a
+    nested class's field seen from here) would never run: refused, so that no rule is silently skipped."""
+    found = []
+    for name, hint in typing.get_type_hints(event_class, include_extras=True).items():
+        choices = typing.get_args(hint) if _is_union(hint) else (hint,)
+        for choice in choices:
+            if typing.get_origin(choice) is typing.Annotated:
+                found += [(name, meta) for meta in choice.__metadata__ if isinstance(meta, Check)]
+                choice = typing.get_args(choice)[0]
+            if _holds_check(choice):
+                raise TypeError(f"{event_class.__name__}.{name}: a Check inside {choice!r} is never run: put it on "
+                                "the field itself (or on the nested class's own field, registered as its own type)")
+    return tuple(found)
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _holds_check(hint: Any, seen: frozenset = frozenset()) -> bool:
+    """Does a Check hide in `hint`: in its arguments (list[Annotated[…, Check]]) or a nested class's fields?"""
+    if typing.get_origin(hint) is typing.Annotated and any(isinstance(m, Check) for m in hint.__metadata__):
+        return True
+    if isinstance(hint, type) and is_event_class(hint) and hint not in seen:
+        return any(_holds_check(h, seen | {hint}) for h in typing.get_type_hints(hint, include_extras=True).values())
+    return any(_holds_check(arg, seen) for arg in typing.get_args(hint))
+
+
+# the field types whose decoded values cannot be changed: a frozen class of only these is shared by the views
+_IMMUTABLE = (str, int, float, bool, Decimal, datetime.date, datetime.datetime, datetime.time, bytes, type(None))
+
+
+def _immutable(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _immutable(typing.get_args(hint)[0])
+    if origin is typing.Literal or hint in _IMMUTABLE:
+        return True
+    if origin in (tuple, frozenset) or _is_union(hint):
+        return all(_immutable(arg) for arg in typing.get_args(hint) if arg is not Ellipsis)
+    return isinstance(hint, type) and is_event_class(hint) and _shareable(hint)
+
+
+def _shareable(event_class: type) -> bool:
+    """Frozen, and every field of an immutable type: no handler can change a decoded payload, so one object can
+    serve every view of a message."""
+    config = getattr(event_class, "__struct_config__", None)
+    frozen = bool(config.frozen) if config is not None else \
+        dataclasses.is_dataclass(event_class) and event_class.__dataclass_params__.frozen
+    return frozen and all(_immutable(hint) for hint in typing.get_type_hints(event_class).values())
 
 
 _ANY_JSON = msgspec.json.Decoder().decode
@@ -150,10 +203,10 @@ class _Unfit(Exception):
 
 
 class PayloadDecoder:
-    """Decodes payloads of one event class: msgspec's decoder, then the class's checks. A frozen class's
-    payloads are shared: the same text decodes to an equal value that no handler can change, so every view
-    of a message takes the one object (the bank's three views of a deposit decode it once). The memo holds a
-    pass's recent texts, and starts again when full."""
+    """Decodes payloads of one event class: msgspec's decoder, then the class's checks. The payloads of a
+    frozen class of immutable fields are shared: the same text decodes to an equal value that no handler can
+    change, so every view of a message takes the one object (the bank's three views of a deposit decode it
+    once). The memo holds the process's recent texts, and starts again when full."""
 
     MEMO_SIZE = 4096
 
@@ -162,7 +215,7 @@ class PayloadDecoder:
         checks = _checks(event_class)
         self._check = payload_checker(checks) if checks else None
         self._json_numbers = tuple(name for name, check in checks if check.json_number)
-        self._memo: dict[str, Any] | None = {} if _frozen(event_class) else None
+        self._memo: dict[str, Any] | None = {} if _shareable(event_class) else None
 
     def decode(self, text: str) -> Any:
         """The payload; raises msgspec.ValidationError (it does not fit the class) or `_Unfit`."""
@@ -186,13 +239,6 @@ class PayloadDecoder:
                 memo.clear()
             memo[text] = payload
         return payload
-
-
-def _frozen(event_class: type) -> bool:
-    config = getattr(event_class, "__struct_config__", None)
-    if config is not None:
-        return bool(config.frozen)
-    return dataclasses.is_dataclass(event_class) and event_class.__dataclass_params__.frozen
 
 
 @functools.lru_cache(maxsize=None)
@@ -225,7 +271,7 @@ class TypedHandler:
     def __call__(self, event: Event, tables: Any) -> None:
         try:
             payload = self._decode(event.payload_json)
-        except (msgspec.ValidationError, _Unfit) as exc:
+        except (msgspec.DecodeError, _Unfit) as exc:  # ValidationError is a DecodeError
             raise self._refusal(event, exc) from None
         if self._with_envelope:
             self.function(payload, tables, event)

@@ -2,7 +2,7 @@
 
     from pipelines.testing import replay, scenario, stream
 
-    order = stream("ord-1", type="order").then(OrderPlaced(customer_id="c-1"), ItemAdded(sku="a", qty=2))
+    order = stream("ord-1", type="order").then(OrderPlaced(customer_id="c-1"), OrderCancelled(reason="duplicate"))
     other = stream("ord-2", type="order").then(("OrderPlaced", {"customer_id": "c-2"}))
     replay(ORDERS, order)
     replay(ORDERS, scenario(order, other).shuffled(seed=7).duplicated("ord-1", 1).dropping("ord-2", 1))

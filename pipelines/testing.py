@@ -2,7 +2,7 @@
 
     from pipelines.testing import Replay, replay, stream
 
-    order = stream("ord-1", type="order").then(OrderPlaced(customer_id="c-1"), ItemAdded(sku="a", qty=2))
+    order = stream("ord-1", type="order").then(OrderPlaced(customer_id="c-1"), OrderCancelled(reason="duplicate"))
     result = replay(ORDERS, order)
     assert result.rows(ORDERS_TABLE)[0].status == "placed"
     assert result.errors == []

@@ -157,6 +157,8 @@ class Table(Generic[H]):
         `columns` does not declare it)."""
         if key not in columns:
             columns = {key: Column(str, not_null=True, doc="the stream id"), **columns}
+        elif Column(str).sql_type != (columns[key].sql_type if isinstance(columns[key], Column) else columns[key]):
+            raise ValueError(f"table {name}: the key {key!r} holds the stream id, a str column")
         return cls(name, columns, (key,), "keyed", key, unique=unique)
 
     @classmethod
@@ -362,12 +364,12 @@ Handler = Callable[["Event", Any], None]
 
 
 class HandlerRegistrationClosed(RuntimeError):
-    """`@view.handles(...)` ran after the view was loaded to run (its fingerprint already taken)."""
+    """`@VIEW.on(...)` ran after the view was loaded to run (its fingerprint already taken)."""
 
 
 class Handlers(Mapping[str, Handler]):
     """A view's handlers, event type -> function: those given to `View(handlers=...)` and those
-    `@view.handles(...)` registers while the view's modules are imported. The registry seals it when it
+    `@VIEW.on(...)` registers while the view's modules are imported. The registry seals it when it
     loads the view (`pipelines.registry.load_views`): a handler registered later would run unseen by the
     view's fingerprint, so it is refused (`HandlerRegistrationClosed`)."""
 
@@ -402,7 +404,7 @@ class Handlers(Mapping[str, Handler]):
     def add(self, event_type: str, handler: Handler) -> None:
         if self._sealed:
             raise HandlerRegistrationClosed(
-                f"view {self._view}: handles({event_type!r}) after the view was loaded to run: register its "
+                f"view {self._view}: on({event_type!r}) after the view was loaded to run: register its "
                 "handlers in the modules that INORDER_VIEWS names, which are imported before the views load")
         if self._by_type.get(event_type, handler) is not handler:
             raise ValueError(f"view {self._view}: {event_type!r} already has a handler")

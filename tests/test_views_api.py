@@ -11,7 +11,7 @@ import textwrap
 import warnings
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import Annotated
+from typing import Annotated, Optional
 
 import duckdb
 import msgspec
@@ -395,3 +395,94 @@ def test_json_number_refuses_a_number_sent_as_a_string():
     assert [(e["stream_id"], e["message"]) for e in result.errors] == [
         ("a2", "Charged: `fee` must be a JSON number, got a string"),
         ("a3", "Charged: `fee` must be a finite number, got NaN")]
+
+
+class Line(msgspec.Struct, frozen=True):
+    price: Annotated[Decimal, Check(gt=0)]
+
+
+class Basket(msgspec.Struct, frozen=True):  # Line's check would not run when a Basket is decoded
+    line: Line
+
+
+class Prices(msgspec.Struct, frozen=True):
+    prices: tuple[Annotated[Decimal, Check(gt=0)], ...]
+
+
+def test_a_check_on_an_optional_field_runs_and_one_no_decoder_would_run_is_refused_at_registration():
+    class Tipped(msgspec.Struct, frozen=True):
+        tip: Optional[Annotated[Decimal, Check(ge=0)]] = None
+        fee: Annotated[Decimal, Check(ge=0)] | None = None
+
+    view = View(name="tips_api", tables=(Table.per_stream("tips_api", key="k", columns={}),), subscribes=("account",))
+    view.on(Tipped)(lambda e, tables: None)
+    result = replay(view, [_record("a1", 1, "Tipped", {"tip": -1}), _record("a2", 1, "Tipped", {"fee": -2}),
+                           _record("a3", 1, "Tipped", {"tip": None, "fee": 1})])
+    assert [(e["stream_id"], e["message"]) for e in result.errors] == [
+        ("a1", "Tipped: `tip` must be >= 0, got -1"), ("a2", "Tipped: `fee` must be >= 0, got -2")]
+
+    for hidden in (Basket, Prices):
+        with pytest.raises(TypeError, match="is never run"):
+            view.on(hidden)(lambda e, tables: None)
+    with pytest.raises(TypeError, match="must be a number"):
+        Check(gt="0")
+
+
+class Tagged(msgspec.Struct, frozen=True):
+    tags: list[str]
+
+
+class Where(msgspec.Struct, frozen=True):
+    city: str
+
+
+class Labelled(msgspec.Struct, frozen=True):
+    tags: tuple[str, ...]
+    where: Where
+
+
+def test_a_frozen_payload_that_holds_a_list_is_not_shared_between_views():
+    from pipelines.events import payload_decoder
+
+    text = '{"tags": ["x"], "where": {"city": "Oslo"}}'
+    tagged = payload_decoder(Tagged)
+    assert tagged.decode(text) == tagged.decode(text) and tagged.decode(text) is not tagged.decode(text)
+    labelled = payload_decoder(Labelled)  # tuples and a frozen nested class: nothing a handler can change
+    assert labelled.decode(text) is labelled.decode(text)
+
+
+def test_a_flat_view_module_counts_the_rule_module_beside_it_and_nothing_installed(tmp_path, monkeypatch):
+    """The README tutorial's layout: `carrier_views.py` on the path, its rules in a module beside it."""
+    from pipelines.store.versions import own_modules
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "flat_rules_api.py").write_text("LIMIT = 5\n")
+    (tmp_path / "flat_views_api.py").write_text(textwrap.dedent('''
+        import json
+        import msgspec
+        from inorder import Column, Table, View
+        from flat_rules_api import LIMIT
+
+        VIEW = View(name="flat_api", tables=(Table.per_stream("flat_api", key="k", columns={"n": Column(int)}),),
+                    subscribes=("x",))
+
+        @VIEW.on("E")
+        def e(event, tables):
+            tables.flat_api.save(n=LIMIT)
+    '''))
+    importlib.invalidate_caches()
+    view = importlib.import_module("flat_views_api").VIEW
+    assert list(own_modules(view)) == ["flat_rules_api", "flat_views_api"]  # not json, msgspec or inorder
+
+
+def test_save_never_writes_another_streams_key_and_a_per_stream_key_is_text():
+    view = View(name="keys_api", tables=(Table.per_stream("keys_api", key="k", columns={"n": Column(int)}),),
+                subscribes=("account",))
+    view.on("Moved")(lambda event, tables: tables.keys_api.save(k="elsewhere", n=1))
+    view.on("Noted")(lambda event, tables: tables.keys_api.save(n=0))
+    for first_seq in (1, 2):  # the first save of the stream, and one after a row was saved
+        records = [_record("a1", 1, "Noted", {})] if first_seq == 2 else []
+        result = replay(view, [*records, _record("a1", first_seq, "Moved", {})])
+        assert [(e["error_class"], e["exception_type"]) for e in result.errors] == [("bug", "ValueError")]
+    with pytest.raises(ValueError, match="a str column"):
+        Table.per_stream("counters_api", key="n", columns={"n": Column(int)})

@@ -98,7 +98,8 @@ class KeyedRows:
         if not self._per_stream:
             self._not_per_stream()
         current = self.rows.get(self.stream_id)
-        self.put({**current, **changes} if current is not None else {**changes, self._stream_key: self.stream_id})
+        # a key among the changes is this stream's, or a bug (put says so), on the first save as on later ones
+        self.put({**current, **changes} if current is not None else {self._stream_key: self.stream_id, **changes})
 
     def _not_per_stream(self) -> None:
         raise TypeError(f"{self.table.name}: row and save() need a table keyed by the stream id alone "

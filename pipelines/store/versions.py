@@ -21,6 +21,7 @@ import importlib.util
 import inspect
 import json
 import sys
+import sysconfig
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,45 +85,82 @@ def _defining_modules(view: View) -> set[str]:
 
 def own_modules(view: View) -> dict[str, str]:
     """The source of each module that decides the view's rows, by name: those that define its handlers, event
-    classes and predicate, and the modules of their own top-level package that they import, transitively (a
-    helper in `shop.views.fields` counts for `shop.views.orders`). Read from the modules' import statements,
-    not from what is loaded, so that every process finds the same set whatever it imported before."""
+    classes and predicate, and the modules of the author's own code that they import, transitively (a helper in
+    `shop/views/fields.py` counts for `shop.views.orders`, `carrier_rules.py` for a `carrier_views.py` beside
+    it). The author's own code is what lies under the folder on the path that holds a defining module, but
+    installed packages and inorder. Found from the modules' import statements and files, not from what is
+    loaded, so that every process finds the same set whatever it imported before."""
+    defining = sorted(_defining_modules(view))
+    roots = {root for root in map(_root, defining) if root is not None}
     found: dict[str, str] = {}
-    queue = sorted(_defining_modules(view))
+    queue = list(defining)
     while queue:
         name = queue.pop()
-        if name in found or name.split(".")[0] in _ENGINE_PACKAGES:
+        if name in found or name.split(".")[0] in _ENGINE_PACKAGES or not _is_own(name, roots):
             continue
-        source = _module_source(name)
+        spec = _spec(name)
+        source = _source_of(name, spec)
         if source is not None:
             found[name] = source
-            queue += _imported_own_modules(name, source)
+            package = name if spec is not None and spec.submodule_search_locations is not None \
+                else name.rpartition(".")[0]
+            queue += _imported_names(source, package)
     return dict(sorted(found.items()))
 
 
-def _module_source(name: str) -> str | None:
-    """A module's source text, or None when it is no module of a file (`from pkg import a_function`)."""
+_INSTALLED = tuple(dict.fromkeys(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+
+
+def _spec(name: str) -> Any:
     try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):  # a name that is no module (`from pkg import a_function`)
         return None
-    if spec is None or not spec.has_location or not spec.origin or not spec.origin.endswith(".py"):
-        loaded = sys.modules.get(name)  # a module built in memory: what can be seen of it
-        return None if spec is None and loaded is None else name
+
+
+def _root(name: str) -> Path | None:
+    """The folder on the path that holds module `name` (a.b.c in root/a/b/c.py)."""
+    spec = _spec(name)
+    if spec is None or not spec.has_location or not spec.origin:
+        return None
+    depth = name.count(".") + (1 if spec.submodule_search_locations is not None else 0)
+    return Path(spec.origin).resolve().parents[depth]
+
+
+def _is_own(name: str, roots: set[Path]) -> bool:
+    """Is module `name` the author's code: under one of `roots`, and not installed? Decided from its top-level
+    package first, which finds a file without importing anything."""
+    top = _spec(name.split(".")[0])
+    if top is None or not top.has_location or not top.origin:  # built in, frozen, or made in memory
+        return False
+    origin = str(Path(top.origin).resolve())
+    return not origin.startswith(_INSTALLED) and any(root in Path(origin).parents for root in roots)
+
+
+def _source_of(name: str, spec: Any) -> str | None:
+    """A module's source text, or None when it is no module (a function `from pkg import f` named)."""
+    if spec is None:
+        return None
+    if spec.has_location and spec.origin and spec.origin.endswith(".py"):
+        try:
+            return Path(spec.origin).read_text(encoding="utf-8")
+        except OSError:
+            return name
+    get_source = getattr(spec.loader, "get_source", None)  # a module in a zip, say
     try:
-        return Path(spec.origin).read_text(encoding="utf-8")
-    except OSError:
-        return name
+        source = get_source(name) if get_source is not None else None
+    except (ImportError, OSError):
+        source = None
+    return name if source is None else source
 
 
-def _imported_own_modules(name: str, source: str) -> list[str]:
-    """The modules of `name`'s own top-level package that its source imports (`import a.b`, `from a import b`,
-    `from .b import c`), whether or not they are modules: `_module_source` tells."""
+def _imported_names(source: str, package: str) -> list[str]:
+    """What `source` imports (`import a.b`, `from a import b`, `from .b import c`): modules, or names in them,
+    which `_source_of` tells apart."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    package = name if _is_package(name) else name.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -130,14 +168,8 @@ def _imported_own_modules(name: str, source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level \
                 else node.module or ""
-            found += [base, *(f"{base}.{alias.name}" for alias in node.names)]
-    top = name.split(".")[0]
-    return [n for n in found if n.split(".")[0] == top and n != name]
-
-
-def _is_package(name: str) -> bool:
-    module = sys.modules.get(name)
-    return module is not None and hasattr(module, "__path__")
+            found += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
+    return [n for n in found if n]
 
 
 def code_parts(view: View) -> dict[str, str]:
