@@ -95,8 +95,8 @@ def test_handlers_registered_in_another_module_count_and_none_after_loading(user
     namespace: dict = {}
     exec(bare, namespace)  # the same declaration without the second module's handler
     assert fingerprint(namespace["VIEW"]) != fingerprint(view)
-    with pytest.raises(HandlerRegistrationClosed, match="alpha: handles\\('Late'\\) after the view was loaded"):
-        view.handles("Late")(lambda event, tables: None)
+    with pytest.raises(HandlerRegistrationClosed, match="alpha: on\\('Late'\\) after the view was loaded"):
+        view.on("Late")(lambda event, tables: None)
     assert list(view.handlers) == ["Made"]
     assert load_views(package) == (view,)  # loading again is allowed
 
