@@ -104,15 +104,14 @@ class Column:
         return sql_type
 
     def expectations(self, table: str, column: str) -> list["Expectation"]:
-        rules = []
-        if self.not_null:
-            rules.append(Expectation(table, "not_null", (column,)))
+        """The column's rules, as the expectation helpers below declare them."""
+        rules = not_null(table, column) if self.not_null else []
         if self.unique:
-            rules.append(Expectation(table, "unique", (column,)))
+            rules.append(unique(table, column))
         if self.min is not None or self.max is not None:
-            rules.append(Expectation(table, "between", (column,), min_value=self.min, max_value=self.max))
+            rules.append(between(table, column, self.min, self.max))
         if self.one_of is not None:
-            rules.append(Expectation(table, "in_set", (column,), value_set=tuple(self.one_of)))
+            rules.append(in_set(table, column, self.one_of))
         return rules
 
 
@@ -197,7 +196,7 @@ class Table(Generic[H]):
         object.__setattr__(self, "primary_key", tuple(self.primary_key))
         object.__setattr__(self, "unique", tuple(tuple(group) for group in self.unique))
         column_rules = [rule for c, spec in specs.items() for rule in spec.expectations(self.name, c)]
-        group_rules = [Expectation(self.name, "unique", group) for group in self.unique]
+        group_rules = [unique(self.name, *group) for group in self.unique]
         object.__setattr__(self, "rules", (*column_rules, *group_rules))
         unknown = sorted(set(self.descriptions) - set(self.columns))
         if unknown:

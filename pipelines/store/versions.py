@@ -16,11 +16,11 @@ its last rebuild or migration); when a changed handler projects batches on top o
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import inspect
 import json
-import sys
 import sysconfig
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -42,10 +42,10 @@ def table_declarations(tables: Sequence[Table]) -> list[dict]:
 
 
 def _source(fn: Callable | None) -> str:
-    """A function's source text; for what has none (a builtin, a partial), what identifies it."""
+    """A function's (or class's) source text; for what has none (a builtin, a partial), what identifies it."""
     if fn is None:
         return ""
-    if hasattr(fn, "func"):  # functools.partial
+    if isinstance(fn, functools.partial):
         return f"{_source(fn.func)}({fn.args!r}, {fn.keywords!r})"
     try:
         return inspect.getsource(fn)
@@ -61,15 +61,8 @@ def _digest(value: Any) -> str:
 def _handler_source(handler: Callable) -> str:
     """A handler's source; a typed handler's is its function's and its event class's."""
     if isinstance(handler, TypedHandler):
-        return _source(handler.function) + _class_source(handler.event_class)
+        return _source(handler.function) + _source(handler.event_class)
     return _source(handler)
-
-
-def _class_source(cls: type) -> str:
-    try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):
-        return cls.__qualname__
 
 
 _ENGINE_PACKAGES = frozenset({"pipelines", "inorder"})  # an upgrade of inorder changes no view's logic
