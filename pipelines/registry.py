@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pipelines.store.database import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES, Home
+from pipelines.store.versions import own_modules
 from pipelines.view import View
 
 VIEWS_VARIABLE = "INORDER_VIEWS"
@@ -134,11 +135,14 @@ def view_named(views: tuple[View, ...] | list[View], name: str) -> View:
 
 
 def module_sources(spec: str | None = None) -> list[Path]:
-    """The files or package folders that hold the view modules (what executors that do not share this
-    machine need, beside `pipelines/`): for `shop.views`, the whole top-level package `shop`."""
+    """The files or package folders that hold the views' code (what executors need beside `pipelines/`): the
+    top-level package or file of every view module and of every module of the author's own that decides a
+    view's rows (`own_modules`, what the fingerprint reads; a flat `carrier_rules.py` beside
+    `carrier_views.py` too). For `shop.views`, the whole package `shop`. Everything a view runs is shipped
+    with the code, so an edit anywhere in it is new code for the executors (pipelines/spark/session.py)."""
+    names = [*view_module_names(spec), *(name for view in load_views(spec) for name in own_modules(view))]
     sources: dict[Path, None] = {}
-    for name in view_module_names(spec):
-        top = _import(name.split(".")[0])
-        path = Path(top.__file__).resolve()
+    for top in dict.fromkeys(name.split(".")[0] for name in names):
+        path = Path(_import(top).__file__).resolve()
         sources[path.parent if path.name == "__init__.py" else path] = None
     return list(sources)

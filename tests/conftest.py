@@ -1,4 +1,7 @@
-"""Shared fixtures: one local Spark session for the whole test run."""
+"""Shared fixtures: one Spark session for the whole test run: local[2], or with INORDER_TEST_SPARK=warm a
+session on a warm Spark Connect server of the run's own, as `inorder run` gets one (tests/test_warm_server.py
+runs the engine's property tests that way in a pytest process of their own: a process holds classic or Connect
+sessions, not both)."""
 
 from __future__ import annotations
 
@@ -19,14 +22,37 @@ os.environ.setdefault("INORDER_SPARK_CONF", json.dumps({"spark.driver.extraJavaO
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     from pipelines.spark.session import spark_session
 
+    if os.environ.get("INORDER_TEST_SPARK") == "warm":
+        yield from _warm_session(tmp_path_factory.mktemp("warm-spark"))
+        return
     # the session the whole run shares keeps the JVM's optimising compiler (no QUICK_JVM)
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g",
                                          "spark.driver.extraJavaOptions": ""})
     yield session
     session.stop()
+
+
+def _warm_session(root):
+    """The session every `inorder` process of a home with a warm server gets (`inorder spark start`; its
+    code version's session, with the pass's files read where the planner wrote them), on a server of
+    the test run's own, stopped at its end whatever fails."""
+    from pipelines.spark.server import ServerFiles, start, stop
+    from pipelines.spark.session import spark_session
+
+    files = ServerFiles.of(root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("INORDER_SPARK_MASTER", raising=False)
+        patch.setenv("INORDER_HOME", str(root))
+        try:
+            start(files, idle_timeout_seconds=3600)
+            session = spark_session()
+            yield session
+            session.stop()  # before the server: a client left open retries a stopped server for minutes
+        finally:
+            stop(files)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import duckdb
 
 from pipelines.engine.order import NotParked
 from pipelines.facade import operator_action, run
+from pipelines.spark.session import is_connect
 from pipelines.store.database import Home, Store, us_from_utc
 from pipelines.view import View
 from tests.conservation import store_violations
@@ -36,6 +37,7 @@ def run_entries(spark, home: Home, views: Sequence[View], entries: Sequence[Entr
     stream is not parked) is appended to `refused` as (view, stream)."""
     Store.open(home, views).close()
     for entry in entries:
+        as_a_new_process(spark)
         if entry.kind == "batch":
             write_batch(home, entry)
             run(spark, home, views, now=entry_time(entry))
@@ -51,6 +53,19 @@ def run_entries(spark, home: Home, views: Sequence[View], entries: Sequence[Entr
                 refused.append((view.name, entry.target_stream))
         if check_conservation:
             assert_conserved(home, views)
+
+
+def as_a_new_process(spark) -> None:
+    """Before each run on a Spark Connect session: the plan ids a new `inorder` process would draw.
+
+    Every `inorder` command is a process of its own that reattaches to its code version's session on the
+    warm server, and a process numbers its plans from 0: the server saw the same ids, for other plans,
+    from each command (issue 32: its plan cache gave a pass an earlier pass's file schema)."""
+    if is_connect(spark):
+        from pyspark.sql.connect.plan import LogicalPlan
+
+        with LogicalPlan._lock:
+            LogicalPlan._nextPlanId = 0
 
 
 def assert_conserved(home: Home, views: Sequence[View]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import T0, batch, dep, opened, wd
 from tests.harness import assert_same_store, fresh_home, read_store, run_entries
 from tests.holds_views import DELETES_STORED_ROWS, HOLDS
 from tests.reference_model import Entry, run_model
@@ -45,10 +46,25 @@ def test_engine_matches_reference_model_on_the_shop(spark, entries):
     assert_same_store(engine_store(spark, SHOP_VIEWS, entries), run_model(entries, SHOP_VIEWS))
 
 
+# Runs of every view with operator actions on the parking view between them: a retry's pass walks that view
+# alone, the next run's walks all of them (issue 32: on a warm server, a pass read its state with the
+# previous pass's columns and lost the other views' stored rows). acct-1 parks at its overdraft; the retry
+# fails again; acct-2's holds are stored rows the last batch must find.
+RETRY_BETWEEN_RUNS = [
+    batch(1, 0, opened("acct-1"), dep("acct-1", 2, 5), wd("acct-1", 3, 100), opened("acct-2"), dep("acct-2", 2, 7)),
+    Entry("retry", "", T0, target_view="accounts", target_stream="acct-1"),
+    batch(2, 10, wd("acct-2", 3, 7), dep("acct-2", 4, 1)),
+    Entry("skip", "", T0 + 20, target_view="accounts", target_stream="acct-1"),
+    batch(3, 30, wd("acct-2", 5, 1)),
+]
+WITH_PARKING = [PARKING, *(v for v in BANK_VIEWS if v.name != PARKING.name), HOLDS]
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=scenarios(max_streams=2, max_events=20), data=st.data())
 def test_parking_view_with_operator_actions_matches_model(spark, entries, data):
-    """on_error = park, a small max_pending, and operator retry/skip entries at random places."""
+    """on_error = park on one view beside the others, a small max_pending, and operator retry/skip entries on
+    it at random places between runs of every view."""
     streams = sorted({e["stream_id"] for e in run_model(entries, [PARKING])["watermarks"]}) or ["acct-1"]
     with_operators = list(entries)
     for _ in range(data.draw(st.integers(0, 3))):
@@ -57,12 +73,20 @@ def test_parking_view_with_operator_actions_matches_model(spark, entries, data):
         kind = data.draw(st.sampled_from(["retry", "skip"]))
         with_operators.insert(at, Entry(kind, "", t, target_view="accounts",
                                         target_stream=data.draw(st.sampled_from(streams))))
+    assert_operators_match_model(spark, with_operators)
+
+
+def test_operator_actions_between_runs_of_every_view_match_model(spark):
+    assert_operators_match_model(spark, RETRY_BETWEEN_RUNS)
+
+
+def assert_operators_match_model(spark, with_operators: list[Entry]) -> None:
     # an action on a stream that is not parked is refused by the engine (NotParked), and by the model
     numbered = _numbered(with_operators)
     engine_refused: list = []
     model_refused: list = []
-    engine = engine_store(spark, [PARKING], numbered, refused=engine_refused)
-    assert_same_store(engine, run_model(numbered, [PARKING], refused=model_refused))
+    engine = engine_store(spark, WITH_PARKING, numbered, refused=engine_refused)
+    assert_same_store(engine, run_model(numbered, WITH_PARKING, refused=model_refused))
     assert engine_refused == model_refused
 
 
@@ -74,7 +98,7 @@ def _numbered(entries: list[Entry]) -> list[Entry]:
     for entry in entries:
         if entry.kind in ("retry", "skip"):
             refused: list = []
-            run_model([*numbered, entry], [PARKING], refused=refused)
+            run_model([*numbered, entry], WITH_PARKING, refused=refused)
             if refused:
                 numbered.append(entry)
                 continue

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from pipelines import faults
 from pipelines.engine.order import PassEntry, PassOutput, StreamState, walk_stream
-from pipelines.engine.output import FATAL_METRIC, WALKED_METRIC
+from pipelines.engine.output import FATAL_METRIC, INPUT_ROWS_METRIC, WALKED_METRIC
 from pipelines.engine.pass_data import InputKind, Metric, output_batches, row_column
 from pipelines.message import Message
 from pipelines.view import Table, View
@@ -89,6 +89,7 @@ class PartitionWalk:
         self.aggregates: dict[str, dict[str, dict]] = {}
         self.walked: Counter[str] = Counter()  # view -> streams walked (watermark records written)
         self.walk_seconds = self.walk_cpu_seconds = 0.0
+        self.input_rows = 0  # state and buffer rows read, which the driver holds to what the planner wrote
         self.stream_id: str | None = None  # the stream being gathered, and its rows so far
         self.states: dict[str, dict] = {}
         self.pending: dict[str, list[Message]] = {}
@@ -108,6 +109,7 @@ class PartitionWalk:
     def read(self, batch: pa.RecordBatch, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Gather the batch's rows stream by stream, walking each stream once its rows are all read."""
         n = batch.num_rows
+        self.input_rows += pc.sum(pc.not_equal(batch.column("rec_type"), int(InputKind.NEW))).as_py() or 0
         cols = batch.select(_MESSAGE_INPUT).to_pydict()
         state_rows = _state_rows(batch)
         stream_col, rec_col, view_col, views_col = cols["stream_id"], cols["rec_type"], cols["view"], cols["views"]
@@ -169,7 +171,7 @@ class PartitionWalk:
     def metrics(self) -> list[Metric]:
         # CPU time too: on a busy machine the JVM takes cores from the walk, which inflates its wall time
         return [Metric("walk_us", int(self.walk_seconds * 1e6)), Metric("walk_cpu_us", int(self.walk_cpu_seconds * 1e6)),
-                Metric(FATAL_METRIC, len(self.out.fatal)),
+                Metric(FATAL_METRIC, len(self.out.fatal)), Metric(INPUT_ROWS_METRIC, self.input_rows),
                 *(Metric(WALKED_METRIC, n, view) for view, n in self.walked.items())]
 
     def aggregate_sums(self) -> dict[str, dict[str, list[dict]]]:

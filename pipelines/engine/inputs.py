@@ -4,8 +4,12 @@ state and buffers to one typed Parquet file in the pass's scratch folder (docs/S
 from __future__ import annotations
 
 import shutil
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+import pyarrow.parquet as pq
 
 from pipelines.engine.ingest import archive_path
 from pipelines.engine.pass_data import InputKind, row_column
@@ -15,7 +19,17 @@ from pipelines.store.database import Home, Store
 from pipelines.store.layout import LIVE, Layout
 from pipelines.view import View
 
-INPUTS_FILE = "inputs.parquet"  # the touched state and buffers, in the pass's scratch folder
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """The touched state and buffers as the planner wrote them: the file (named anew for every pass, so that
+    no cache of a reused Spark session keyed by path, or by a plan that names the path, can hand a later pass
+    an earlier pass's file or schema), and its row count and columns, which the pass checks its read against."""
+
+    path: Path
+    rows: int
+    columns: tuple[str, ...]
 
 
 # The buffered streams (watermark w, view limits l) the entry at l.t_us must walk even without new
@@ -41,7 +55,7 @@ def views_with_due_buffers(con, views: Iterable[View], t_us: int) -> list[str]:
 
 
 def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, layout: Layout = LIVE
-                ) -> tuple[Path | None, list[str]]:
+                ) -> tuple[PassInputs | None, list[str]]:
     """The STATE and PENDING rows of every (view, stream) the pass touches, as a Parquet file in the pass's
     scratch folder (None: there are none), and the archive files to read."""
     files = [str(archive_path(home, e["entry_idx"])) for e in plan.entries if e["kind"] == "batch"]
@@ -121,7 +135,7 @@ def _find_watermarks_and_gaps(con, layout: Layout) -> None:
         GROUP BY g.view, g.stream_id""")
 
 
-def _write_inputs(con, home: Home, views: list[View], plan: PassPlan, layout: Layout) -> Path | None:
+def _write_inputs(con, home: Home, views: list[View], plan: PassPlan, layout: Layout) -> PassInputs | None:
     """The touched state, typed, written by DuckDB itself where the executors read it (docs/STORE.md,
     "The pass"); None when it has no row."""
     scratch = pass_folder(home, layout)
@@ -133,10 +147,10 @@ def _write_inputs(con, home: Home, views: list[View], plan: PassPlan, layout: La
                p.batch_id, p.event_type, p.payload, p.occurred_at, p.event_id, p.stream_type,
                NULL::VARCHAR AS views  -- a NEW message's; here so that the file has every input column
         FROM {layout.state}.pending p JOIN pass_streams s ON s.view = p.view AND s.stream_id = p.stream_id""")
-    inputs = scratch / INPUTS_FILE
-    target = str(inputs).replace("'", "''")
+    path = scratch / f"inputs-{uuid.uuid4().hex}.parquet"
+    target = str(path).replace("'", "''")
     (written,) = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO '{target}' (FORMAT parquet)").fetchone()
-    return inputs if written else None
+    return PassInputs(path, written, tuple(pq.read_schema(path).names)) if written else None
 
 
 def _state_sql(view: View, layout: Layout) -> str:

@@ -17,6 +17,7 @@ from pipelines.engine.pass_data import SUMMARY_COLUMNS, SUMMARY_KINDS, HandlerBu
 
 FATAL_METRIC = "fatal"  # how many "fatal" records a partition wrote (read with the summary, not the data)
 WALKED_METRIC = "walked"  # how many streams of a view a partition walked (one watermark record each)
+INPUT_ROWS_METRIC = "input_rows"  # how many state and buffer rows (not new messages) a partition read
 
 
 def summary_of(output: pa.Table) -> pa.Table:
@@ -61,12 +62,16 @@ class PassResult:
     def collected(cls, table: pa.Table) -> "PassResult":
         return cls(summary=summary_of(table), table=table)
 
+    def metric_total(self, name: str) -> int:
+        """A metric summed over the pass's partitions (0 when none reported it)."""
+        rows = self.summary.filter(pc.and_(pc.equal(self.summary["kind"], OutputKind.METRIC.value),
+                                           pc.equal(self.summary["name"], name)))
+        return pc.sum(rows["n"]).as_py() or 0
+
     def fatal(self) -> list[HandlerBug]:
         """Handler bugs of views with on_bug="fail" (the pass must not be committed); the pass's data is
         read only when its summary counts some."""
-        metrics = self.summary.filter(pc.and_(pc.equal(self.summary["kind"], OutputKind.METRIC.value),
-                                              pc.equal(self.summary["name"], FATAL_METRIC)))
-        if not pc.sum(metrics["n"]).as_py():
+        if not self.metric_total(FATAL_METRIC):
             return []
         columns = ["view", "stream_id", "seq", "entry_idx", "reason"]
         if self.folder is None:

@@ -21,9 +21,9 @@ from pyspark.sql.types import ArrayType
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from pipelines.engine.executor import order_and_apply_partition
-from pipelines.engine.inputs import load_inputs, pass_folder
+from pipelines.engine.inputs import PassInputs, load_inputs, pass_folder
 from pipelines.engine.normalise import MESSAGE_SCHEMA
-from pipelines.engine.output import PassResult, write_partition_output
+from pipelines.engine.output import INPUT_ROWS_METRIC, PassResult, write_partition_output
 from pipelines.engine.pass_data import SUMMARY_COLUMNS, InputKind, output_schema
 from pipelines.engine.planning import PassPlan
 from pipelines.engine.routing import select_views
@@ -60,6 +60,30 @@ def archived_messages(spark: SparkSession, files: list[str]) -> DataFrame:
     return spark.createDataFrame(table)
 
 
+class InputsMismatch(RuntimeError):
+    """What a pass's walk read of its state is not what the planner wrote: the pass is not committed."""
+
+
+def check_inputs_columns(read: list[str], inputs: PassInputs) -> None:
+    """Refuse a pass whose state frame, as the Spark session resolved it, has other columns than the file
+    the planner wrote (a stale schema would make the walk see no stored rows for a view)."""
+    if list(read) != list(inputs.columns):
+        missing = [c for c in inputs.columns if c not in read]
+        raise InputsMismatch(
+            f"the Spark session read the pass's state ({inputs.path.name}) with other columns than the planner "
+            f"wrote ({', '.join(missing) or 'same names, other order'} differ): nothing was committed; "
+            "run again, and report this with the session's master (a cache of the Spark session)")
+
+
+def check_inputs_rows(result: PassResult, inputs: PassInputs | None) -> None:
+    """Refuse a pass whose walk read another number of state and buffer rows than the planner wrote."""
+    read, wrote = result.metric_total(INPUT_ROWS_METRIC), inputs.rows if inputs is not None else 0
+    if read != wrote:
+        raise InputsMismatch(
+            f"the pass's walk read {read:,} state and buffer rows where the planner wrote {wrote:,}: nothing was "
+            "committed; run again, and report this with the session's master")
+
+
 class TooMuchToShip(RuntimeError):
     """A pass would ship more through the driver than its bound (no location the executors share)."""
 
@@ -77,10 +101,10 @@ def ship_limit_bytes() -> int:
     return int(text) << 20
 
 
-def shipped_bytes(inputs: Path | None, files: list[str]) -> int:
+def shipped_bytes(inputs: PassInputs | None, files: list[str]) -> int:
     """What a pass ships through the driver to executors that cannot read its files: its state and its
     archived messages, as their Parquet files weigh (its output, collected back, is of the same order)."""
-    return (inputs.stat().st_size if inputs is not None else 0) + sum(Path(f).stat().st_size for f in files)
+    return (inputs.path.stat().st_size if inputs is not None else 0) + sum(Path(f).stat().st_size for f in files)
 
 
 def check_shipped(size: int, limit: int) -> None:
@@ -107,14 +131,16 @@ def run_pass(spark: Callable[[], SparkSession], store: Store, home: Home, views:
     with store.released(writer=let_writers_in):
         session = spark()
         try:
-            return _order_and_apply_in_spark(session, home, views, plan, first_seq, inputs, files,
-                                             pass_folder(home, layout))
+            result = _order_and_apply_in_spark(session, home, views, plan, first_seq, inputs, files,
+                                               pass_folder(home, layout))
+            check_inputs_rows(result, inputs)
+            return result
         finally:
             mark_used(session)
 
 
 def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View], plan: PassPlan, first_seq: int,
-                              inputs: Path | None, files: list[str], scratch: Path) -> PassResult:
+                              inputs: PassInputs | None, files: list[str], scratch: Path) -> PassResult:
     in_pass = [v for v in views if v.name in plan.by_view]
     schema = output_schema(in_pass)
     ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
@@ -126,7 +152,9 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
         check_shipped(shipped_bytes(inputs, files), ship_limit_bytes())
     frames = []
     if inputs is not None:
-        frames.append(spark.read.parquet(str(inputs)) if shared else spark.createDataFrame(pq.read_table(inputs)))
+        state = spark.read.parquet(str(inputs.path)) if shared else spark.createDataFrame(pq.read_table(inputs.path))
+        check_inputs_columns(state.columns, inputs)
+        frames.append(state)
     if files:
         messages = archived_messages(spark, files)
         selected = select_views(spark, messages, plan.view_entries, in_pass)

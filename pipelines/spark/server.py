@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from pipelines.spark.settings import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
 LOOPBACK = "127.0.0.1"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -248,7 +248,7 @@ def stop(files: ServerFiles, wait_seconds: float = STOP_WAIT_SECONDS) -> ServerS
 
 
 def _server_command(port: int) -> list[str]:
-    conf = {**DEFAULT_CONF, **env_conf(), "spark.connect.grpc.binding.address": LOOPBACK,
+    conf = {**DEFAULT_CONF, **CONNECT_SESSION_CONF, **env_conf(), "spark.connect.grpc.binding.address": LOOPBACK,
             "spark.connect.grpc.binding.port": str(port),
             # runs reattach to their code version's session (pipelines/spark/session.py): it lives as long as the server
             "spark.connect.session.manager.defaultSessionTimeout": "7d"}

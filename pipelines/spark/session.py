@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from pipelines import faults
 from pipelines.spark.server import ServerFiles, ServerState, register_client, running_state
-from pipelines.spark.settings import DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
 # the engine's package runs on executors (the walk), beside the view modules (their handlers; see
 # pipelines/registry.py); nothing there imports Dagster
@@ -87,7 +87,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     Read from INORDER_SPARK_MASTER when not given; when that is unset too, the warm server of the home
     (INORDER_HOME) if it is up, else `local[*]`. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF,
     then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
-    DEFAULT_CONF; the server's own configuration decides the rest.
+    DEFAULT_CONF, and CONNECT_SESSION_CONF; the server's own configuration decides the rest.
     """
     master = master or os.environ.get("INORDER_SPARK_MASTER")
     warm_files = None if master else _home_server_files()
@@ -95,7 +95,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     master = master or (_code_version_session(warm) if warm else "local[*]")
     if master.startswith("sc://"):
         builder = SparkSession.builder.remote(master)
-        defaults = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}
+        defaults = {**{k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}, **CONNECT_SESSION_CONF}
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
         defaults = DEFAULT_CONF

@@ -16,6 +16,11 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
 }
+# A Spark Connect session's own settings. Its plan cache keys resolved plans by the client's plan ids, which
+# restart at 0 in every process; inorder's processes reattach to one shared session (pipelines/spark/session.py),
+# so a later process's read of a rewritten file got an earlier process's resolved schema (issue 32: a
+# view's state column went missing, and the walk saw no stored rows). Plans are resolved anew instead.
+CONNECT_SESSION_CONF = {"spark.connect.session.planCache.enabled": "false"}
 # the driver JVM's log4j configuration unless INORDER_DEBUG is set: errors only, on stderr
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
