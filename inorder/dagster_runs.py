@@ -133,8 +133,7 @@ def _rejected(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
     failure = _step_failure(result)
     data = failure.step_failure_data.user_failure_data if failure else None
     if data is None or REJECTED_BATCHES not in data.metadata:
-        error = failure.step_failure_data.error if failure else None
-        raise RuntimeError(error.message.strip() if error else "run failed")
+        raise RuntimeError(_user_error(result))
     return data.metadata[REJECTED_BATCHES].value
 
 
@@ -212,8 +211,7 @@ def _report_projection(cli: CliDagster, result: dg.ExecuteInProcessResult, repor
     home, views, instance = cli.home, cli.views, cli.instance
     report.refused = _refusals(home, views)
     if not result.success and not _only_refused(result):
-        failure = _step_failure(result)
-        raise RuntimeError(failure.step_failure_data.error.message.strip() if failure else "projection run failed")
+        raise RuntimeError(_user_error(result))
     report.projection = {view.name: _materializations(instance, result.run_id, view.name).get(None, {})
                          for view in views}
     report.publish_error = next((m["publish_error"] for m in report.projection.values() if m.get("publish_error")),
@@ -259,8 +257,8 @@ def rebuild_through_dagster(home: Home, views, view: str) -> CliRebuild:
     if not result.success:
         failure = _step_failure(result)
         failed = sorted(name for name, verdict in checks.items() if verdict == "failed")
-        raise RuntimeError(failure.step_failure_data.error.message.strip() if failure and
-                           failure.step_failure_data.error else f"the rebuild's checks failed: {', '.join(failed)}")
+        raise RuntimeError(_user_error(result) if failure and failure.step_failure_data.error
+                           else f"the rebuild's checks failed: {', '.join(failed)}")
     return CliRebuild(result.run_id, _materializations(cli.instance, result.run_id, view).get(None, {}), checks)
 
 

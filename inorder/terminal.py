@@ -15,11 +15,17 @@ def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+# Dagster's own line for a step it skips after another failed, logged as a plain line, not an event: the
+# command says the failure's cause itself, once
+_SKIPPED_STEP = "Dependencies for step "
+
+
 class _SayHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "dagster_meta", None) or {}
-        if meta.get("dagster_event") is None:  # a step's context.log line, not one of Dagster's own events
-            say(meta.get("orig_message") or record.getMessage())
+        message = meta.get("orig_message") or record.getMessage()
+        if meta.get("dagster_event") is None and not message.startswith(_SKIPPED_STEP):  # a step's context.log line
+            say(message)
 
 
 def progress_logger(init_context: object) -> logging.Logger:

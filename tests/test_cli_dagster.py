@@ -80,3 +80,38 @@ def test_retry_skip_and_publish_are_runs_of_the_homes_instance_followed_by_their
         published = dg.AssetCheckKey(dg.AssetKey("audit"), "published")
         assert instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [published])[published].evaluation.passed
+
+
+FAILING_AUDIT = '''
+import dataclasses
+
+import tests.counts_views as counts
+
+AUDIT = dataclasses.replace(counts.AUDIT, on_bug="fail")
+'''
+
+
+def test_a_run_failed_by_a_bug_under_on_bug_fail_names_its_cause_in_one_line(spark, tmp_path, monkeypatch, capsys):
+    """Issue 33, finding 9: the view, the stream, the seq and the exception with its message; no Dagster
+    internals on the terminal; nothing committed."""
+    home, code = tmp_path / "home", tmp_path / "code"
+    code.mkdir()
+    (code / "failing_audit.py").write_text(FAILING_AUDIT)
+    monkeypatch.syspath_prepend(str(code))
+    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("INORDER_HOME", str(home))
+    monkeypatch.setenv("INORDER_VIEWS", "failing_audit")
+    assert main(["init", str(home)]) == 0
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in BATCH))
+    capsys.readouterr()
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 1
+    err = capsys.readouterr().err
+    assert "dagster" not in err.lower() and "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("inorder: error:")]
+    assert line.startswith("inorder: error: view audit (on_bug='fail'): handler bug on stream 'acct-1' seq 2: "), line
+    assert line.endswith("nothing was committed (1 more streams failed)"), line
+    import duckdb
+
+    with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM inorder.watermarks").fetchone() == (0,)
