@@ -264,33 +264,47 @@ class ActedOn(NamedTuple):
     """A stream after an operator's retry or skip (`inorder retry`, `inorder skip`)."""
 
     stream_id: str
-    parked: bool  # parked again: the retried message failed again (one more error row)
+    parked: bool  # parked after the action: on the retried message, or anew on a later one
     last_seq: int  # where its watermark stands now
     attempts: int  # failed attempts of the message it is parked on
     pending: int  # messages still buffered
+    parked_at: int  # the watermark the action found (`prev_last_seq`): the message acted on is the next seq
+
+    @property
+    def failed_again(self) -> bool:
+        """The retried message itself failed again (the stream did not move)."""
+        return self.parked and self.last_seq == self.parked_at
 
 
 def acted_on(con: duckdb.DuckDBPyConnection, view: str, streams: Sequence[str]) -> list[ActedOn]:
     return [ActedOn(*row) for row in con.execute(
-        "SELECT stream_id, parked, last_seq, attempts, pending_count FROM inorder.watermarks "
+        "SELECT stream_id, parked, last_seq, attempts, pending_count, prev_last_seq FROM inorder.watermarks "
         "WHERE view = ? AND list_contains(?, stream_id) ORDER BY stream_id", [view, list(streams)]).fetchall()]
 
 
+def _listed(streams: Sequence[ActedOn], each) -> str:
+    return ", ".join(map(each, streams[:10])) + (" …" if len(streams) > 10 else "")
+
+
 def describe_operator_outcome(action: str, view: str, streams: Sequence[ActedOn]) -> str:
-    """What a retry or skip did to each stream: moved on, or parked again and why to look."""
+    """What a retry or skip did to each stream: its message applied (or skipped) and how far the stream then
+    moved; parked anew on a later message; or, for a retry, the retried message failed again."""
     moved = [s for s in streams if not s.parked]
-    again = [s for s in streams if s.parked]
+    anew = [s for s in streams if s.parked and not s.failed_again]
+    again = [s for s in streams if s.failed_again]
+    done = "its parked message skipped (counted as handler_error)" if action == "skip" else "the retried message applied"
+    why = f"; `inorder errors --view {view} --kind handler_error` says why"
     parts = []
     if moved:
-        gone = "its parked message skipped (counted as handler_error), " if action == "skip" else ""
-        parts.append(f"{plural(len(moved), 'stream')} moved on ({gone}now at "
-                     + ", ".join(f"{s.stream_id} seq {s.last_seq}" for s in moved[:10])
-                     + (" …" if len(moved) > 10 else "") + ")")
+        parts.append(f"{plural(len(moved), 'stream')} moved on ({done}, now at "
+                     + _listed(moved, lambda s: f"{s.stream_id} seq {s.last_seq}") + ")")
+    if anew:
+        parts.append(f"{plural(len(anew), 'stream')} parked anew on a later message ({done}, then "
+                     + _listed(anew, lambda s: f"{s.stream_id} seq {s.parked_at + 1} to {s.last_seq}, parked at seq "
+                                               f"{s.last_seq + 1}, attempt {s.attempts}") + ("" if again else why) + ")")
     if again:
         parts.append(f"{plural(len(again), 'stream')} parked again: the retried message failed again ("
-                     + ", ".join(f"{s.stream_id} seq {s.last_seq + 1}, attempt {s.attempts}" for s in again[:10])
-                     + (" …" if len(again) > 10 else "")
-                     + f"; `inorder errors --view {view} --kind handler_error` says why)")
+                     + _listed(again, lambda s: f"{s.stream_id} seq {s.last_seq + 1}, attempt {s.attempts}") + why + ")")
     return f"{action} of {plural(len(streams), 'parked stream')} of {view} committed: " + "; ".join(parts)
 
 
