@@ -240,25 +240,30 @@ def test_keys_unique_check_fails_when_a_key_occurs_twice(projected_home):
 
 def _log_handler_errors(home: Home, view: str, error_class: str, exception: str, message: str, count: int) -> int:
     """Log `count` handler errors of one class on distinct messages of the view's last run, as the apply
-    step does; returns how many messages that run selected."""
+    step does; returns how many outcomes that run then has (its ledger's, but for handler errors, which are
+    its error log's distinct messages): what a rate check's `last_run` window is a share of."""
     con = duckdb.connect(str(home.database))
-    entry, selected, stream = con.execute(
-        "SELECT b.entry_idx, (SELECT sum(selected) FROM inorder.batches WHERE view = $view AND committed_at = "
-        "b.committed_at), (SELECT min(stream_id) FROM inorder.watermarks WHERE view = $view) FROM inorder.batches b "
-        "WHERE b.view = $view ORDER BY b.committed_at DESC, b.entry_idx LIMIT 1", {"view": view}).fetchone()
+    last_run = "FROM inorder.batches WHERE view = $view AND committed_at = (SELECT max(committed_at) " \
+               "FROM inorder.batches WHERE view = $view)"
+    entry, stream = con.execute(f"SELECT min(entry_idx), (SELECT min(stream_id) FROM inorder.watermarks WHERE "
+                                f"view = $view) {last_run}", {"view": view}).fetchone()
     for seq in range(count):
         con.execute("INSERT INTO inorder.errors (view, stream_id, seq, kind, exception_type, message, error_class, "
                     "entry_idx, attempt) VALUES (?, ?, ?, 'handler_error', ?, ?, ?, ?, 1)",
                     [view, stream, 10_000 + seq, exception, message, error_class, entry])
+    settled, failed = con.execute(
+        f"SELECT sum(applied + ignored + duplicate + late + conflict), (SELECT count(DISTINCT (stream_id, seq)) "
+        f"FROM inorder.errors WHERE view = $view AND kind = 'handler_error' AND entry_idx IN (SELECT entry_idx "
+        f"{last_run})) {last_run}", {"view": view}).fetchone()
     con.close()
-    return selected
+    return settled + failed
 
 
 def test_a_reject_rate_over_its_threshold_says_why_and_what_to_run_next(projected_home):
     activity = view_named(BANK_VIEWS, "account_activity")
-    selected = _log_handler_errors(projected_home, "account_activity", "reject", "Reject", "insufficient funds",
+    outcomes = _log_handler_errors(projected_home, "account_activity", "reject", "Reject", "insufficient funds",
                                    count=30)
-    assert selected >= activity.alerts.min_selected and 30 / selected > activity.alerts.reject_rate.error
+    assert outcomes >= activity.alerts.min_selected and 30 / outcomes > activity.alerts.reject_rate.error
     failed = _run_check(projected_home, activity, "reject_rate")
     assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
     assert failed.metadata["next_command"].value == "inorder errors --view account_activity --kind handler_error"
@@ -273,27 +278,27 @@ def test_a_rate_check_plots_only_what_changes_and_shows_rates_as_percentages(pro
     """Dagster plots every numeric entry: the thresholds are configuration, so they are text; a rate is a
     percentage (6.22, not 0.062222)."""
     activity = view_named(BANK_VIEWS, "account_activity")
-    selected = _log_handler_errors(projected_home, "account_activity", "reject", "Reject", "insufficient funds",
+    outcomes = _log_handler_errors(projected_home, "account_activity", "reject", "Reject", "insufficient funds",
                                    count=30)
     metadata = _run_check(projected_home, activity, "reject_rate").metadata
     for key in ("warn_above", "fail_above", "min_selected"):
         assert isinstance(metadata[key], dg.TextMetadataValue)
     assert metadata["fail_above"].value == f"{activity.alerts.reject_rate.error:.2%}"
     rejects = metadata["last_run/reject"].value
-    assert rejects >= 30 and selected > 0
-    assert metadata["last_run/rate_pct"].value == round(100 * rejects / metadata["last_run/selected"].value, 2) > 1
+    assert rejects >= 30 and metadata["last_run/outcomes"].value == outcomes > 0
+    assert metadata["last_run/rate_pct"].value == round(100 * rejects / metadata["last_run/outcomes"].value, 2) > 1
     assert "last_run/rate" not in metadata
 
 
 def test_a_reject_rate_is_not_judged_below_its_minimum_sample(projected_home):
-    selected = _log_handler_errors(projected_home, "accounts", "reject", "Reject", "insufficient funds",
+    outcomes = _log_handler_errors(projected_home, "accounts", "reject", "Reject", "insufficient funds",
                                    count=30)
-    few = replace(view_named(BANK_VIEWS, "accounts"), alerts=Alerts(min_selected=selected * 10))
+    few = replace(view_named(BANK_VIEWS, "accounts"), alerts=Alerts(min_selected=outcomes * 10))
     not_judged = _run_check(projected_home, few, "reject_rate")
     assert not_judged.passed and "top_reasons" not in not_judged.metadata
-    assert f"fewer than the {selected * 10} (`alerts.min_selected`)" in not_judged.description
+    assert f"fewer than the {outcomes * 10} (`alerts.min_selected`)" in not_judged.description
     # the same rate on a sample that is large enough fails
-    assert not _run_check(projected_home, replace(few, alerts=Alerts(min_selected=selected)), "reject_rate").passed
+    assert not _run_check(projected_home, replace(few, alerts=Alerts(min_selected=outcomes)), "reject_rate").passed
 
 
 def test_one_bug_fails_whatever_the_reject_thresholds(projected_home):
@@ -329,10 +334,37 @@ def test_a_parked_stream_warns_with_the_exceptions_that_parked_it_and_what_to_ru
 
 
 def test_an_overdue_blocked_stream_names_the_command_that_lists_it(projected_home):
+    # a tick an hour on in logical time, which the view has not projected: a gap's timer, at T0, was due there
+    con = duckdb.connect(str(projected_home.database))
+    con.execute("INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, status) "
+                "SELECT max(entry_idx) + 1, 'tick-' || (max(entry_idx) + 1), 'tick', ?, 'archived' "
+                "FROM inorder.ingest_log", [T0 + timedelta(hours=1)])
+    con.close()
     overdue = _run_check(projected_home, "accounts", "no_overdue_blocked_streams")
-    assert overdue.metadata["overdue_streams"].value > 0  # a gap's timer, at T0, is long past by the wall clock
+    assert overdue.metadata["overdue_streams"].value > 0 and overdue.metadata["clock"].value == "logical"
     assert not overdue.passed and overdue.metadata["next_command"].value == "inorder pending --view accounts"
     assert "`inorder pending --view accounts` lists them" in overdue.description
+
+
+def test_a_run_given_a_past_logical_time_judges_its_gap_timers_by_logical_time(spark, tmp_path):
+    """A backfill at T0, weeks before the wall clock: streams are blocked, and their timers, due 10 minutes
+    after T0 in logical time, have not been reached by any entry. The run's checks are green."""
+    home = Home(tmp_path / "home").ensure()
+    paths = generate(home.landing, GeneratorConfig(events=300, streams=5, batches=2, seed=5))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("event_batches", [p.stem for p in paths])
+    results = _materialize_all(home, instance, [p.stem for p in paths], T0)
+    assert all(r.success for r in results)
+    with Store.open_read_only(home) as store:
+        blocked = dict(store.con.execute("SELECT view, count(*) FROM inorder.watermarks WHERE blocked_at IS NOT NULL "
+                                         "GROUP BY view").fetchall())
+    overdue = {c.asset_key.to_user_string(): c for c in results[-1].get_asset_check_evaluations()
+               if c.check_name == "no_overdue_blocked_streams"}
+    assert set(overdue) == {v.name for v in BANK_VIEWS} and all(blocked.get(v, 0) > 0 for v in overdue)
+    for check in overdue.values():
+        assert check.passed and check.metadata["clock"].value == "logical", check.description
+        assert check.description.startswith(f"No stream is blocked past its gap timer at {T0.isoformat()} by "
+                                             "logical time (the newest entry's, a time its run was given")
 
 
 def test_a_late_rate_over_its_threshold_names_the_skipped_gaps_and_what_to_run(projected_home):

@@ -47,6 +47,12 @@ def test_the_readmes_demo_quickstart_runs_as_written(tmp_path):
         assert re.fullmatch(".+".join(map(re.escape, pattern.split("…"))), line), (line, pattern)
     assert f"INORDER_HOME={demo_home} " in pasted[1] and (demo_home / "store.duckdb").exists()
 
+    # every check of its three runs is green (runs given past logical times included), as its closing word
+    # on checks says: nothing in the bank demo is red or yellow on purpose
+    verdicts = re.findall(r"; checks: (\d+) of (\d+) passed(.*)$", demo.stdout, re.M)
+    assert len(verdicts) == 3 and all(passed == of and not rest for passed, of, rest in verdicts), verdicts
+    assert "--- checks: none is red or yellow on purpose" in demo.stdout
+
     # pasted into a shell, they reach the demo's store: `inorder status` there prints the summary the demo did
     status = shell("\n".join([*pasted, "inorder status"]), home)
     summary = demo.stdout[demo.stdout.index("--- summary\n") + len("--- summary\n"):

@@ -18,8 +18,8 @@ import duckdb
 
 from pipelines.observe.expectations import suite_markdown, validate_suite
 from pipelines.observe.health import (REASON_HEADER, Reason, Severity, Verdict, Window, duplicate_keys, judge_bugs,
-                              judge_rate, logical_now, newest_entry, overdue_streams, parked_reasons,
-                              parked_streams, recent_windows, rejected_after, top_reasons, unrouted_after)
+                              judge_rate, newest_entry, overdue_streams, parked_reasons, parked_streams,
+                              recent_windows, rejected_after, timer_clock, top_reasons, unrouted_after)
 from pipelines.observe.markdown import markdown_table
 from pipelines.serve.publish import read_positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types
@@ -113,7 +113,7 @@ def _window_metadata(windows: list[Window], outcome: str) -> dict:
         prefix = w.label.replace(" ", "_")
         metadata[f"{prefix}/rate_pct"] = float(round(100 * w.rate(outcome), 2))  # a percentage: 6.22, not 0.062222
         metadata[f"{prefix}/{outcome}"] = int(getattr(w, outcome))
-        metadata[f"{prefix}/selected"] = int(w.selected)
+        metadata[f"{prefix}/outcomes"] = int(w.outcomes)
     return metadata
 
 
@@ -143,7 +143,7 @@ def _thresholds(view: View, outcome: str) -> Thresholds:
 
 
 def rate(outcome: str, kind: str, con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
-    """The share of selected messages whose outcome was `outcome` (reject or late) against the view's
+    """The share of a window's outcomes that were `outcome` (reject or late) against the view's
     thresholds; `kind` is the error log's kind that lists them."""
     thresholds = _thresholds(view, outcome)
     windows = recent_windows(con, view.name)
@@ -157,9 +157,10 @@ def rate(outcome: str, kind: str, con: duckdb.DuckDBPyConnection, view: View) ->
 
 def _describe_rate(outcome: str, what: str, view: View) -> str:
     thresholds = _thresholds(view, outcome)
-    return (f"The share of selected messages that were {what}, in the last run and over the last 24 h of logical "
-            f"time: warns above {thresholds.warn:.2%}, fails above {thresholds.error:.2%}, judged on "
-            f"{view.alerts.min_selected} selected messages at least (the view's `alerts`)")
+    return (f"The share of outcomes that were {what}, in the last run and over the last 24 h of logical time "
+            f"(every message an entry brought to an outcome, released by a tick or a retry too): warns above "
+            f"{thresholds.warn:.2%}, fails above {thresholds.error:.2%}, judged on {view.alerts.min_selected} "
+            f"outcomes at least (the view's `alerts`)")
 
 
 def no_handler_bugs(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
@@ -170,19 +171,22 @@ def no_handler_bugs(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
 
 
 def no_overdue_blocked_streams(tick_interval: timedelta, con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
-    now = max(datetime.now(timezone.utc), logical_now(con))
-    count, oldest = overdue_streams(con, view, now, tick_interval)
+    judged = timer_clock(con, tick_interval, datetime.now(timezone.utc))
+    count, oldest = overdue_streams(con, view, judged.at)
     metadata: dict[str, object] = {
-        "overdue_streams": int(count),
+        "overdue_streams": int(count), "clock": judged.clock, "judged_at": judged.at.isoformat(),
         "oldest": [{"stream_id": o.stream_id, "waiting_for_seq": o.waiting_for,
                     "blocked_since": o.blocked_since.isoformat(), "timer_due_at": o.due_at.isoformat(),
                     "overdue_seconds": round(o.overdue_seconds)} for o in oldest],
     }
-    command = f"inorder pending --view {view.name}"
-    if count:
-        metadata["next_command"] = command
-    return CheckOutcome(count == 0, metadata, None if count == 0 else
-                        f"{count} streams are blocked past their gap timer: `{command}` lists them")
+    clock = "logical time" if judged.clock == "logical" else "the wall clock, less the tick interval"
+    when = f"at {judged.at.isoformat()} by {clock} ({judged.why})"
+    if count == 0:
+        return CheckOutcome(True, metadata, f"No stream is blocked past its gap timer {when}")
+    command = metadata["next_command"] = f"inorder pending --view {view.name}"
+    stalled = " Is the tick schedule running?" if judged.clock == "wall" else ""
+    return CheckOutcome(False, metadata, f"{count} streams are blocked past their gap timer {when}: `{command}` "
+                                         f"lists them.{stalled}")
 
 
 def no_parked_streams(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
@@ -219,9 +223,11 @@ def view_checks(tick_interval: timedelta) -> tuple[ViewCheck, ...]:
         ViewCheck("no_handler_bugs", lambda view: "No message failed on a bug in the view's handlers (an exception "
                   "other than `Reject`) in the last run or the last 24 h of logical time: a bug is never normal, "
                   "one fails", no_handler_bugs),
-        ViewCheck("no_overdue_blocked_streams", lambda view: f"No stream blocked longer than its gap_timeout "
-                  f"({view.gap_timeout:g}s) plus the tick interval ({tick_interval.total_seconds():g}s) by the wall "
-                  "clock: a gap timer that should have fired did not (is the tick schedule running?)",
+        ViewCheck("no_overdue_blocked_streams", lambda view: f"No stream blocked past its gap_timeout "
+                  f"({view.gap_timeout:g}s) with its timer unfired, by logical time (the newest entry's): a timer "
+                  "that is not due there never fails. A home whose runs take their time from the clock is judged "
+                  f"by the wall clock too, less the tick interval ({tick_interval.total_seconds():g}s): there, a "
+                  "timer that should have fired and did not says the tick schedule is not running",
                   partial(no_overdue_blocked_streams, tick_interval)),
         ViewCheck("no_parked_streams", lambda view: "No stream parked by a handler error, waiting for `inorder "
                   "retry` or `inorder skip` (warns)", no_parked_streams),

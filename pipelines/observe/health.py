@@ -12,7 +12,7 @@ import duckdb
 
 from pipelines.engine.ingest import archive_path
 from pipelines.engine.routing import unrouted
-from pipelines.store.database import COUNTED, Home, us_from_utc
+from pipelines.store.database import COUNTED, OUTCOME_COLUMNS, Home, Outcome, us_from_utc
 from pipelines.store.layout import LIVE, uncommitted
 from pipelines.view import Thresholds, View
 
@@ -25,13 +25,15 @@ class Window(NamedTuple):
 
     label: str  # "last run" or "last 24 h"
     entries: int
-    selected: int
+    # the messages the entries brought to an outcome, whether newly selected or released from a pending
+    # buffer (a tick's skipped gap, a retry): what a rate is a share of
+    outcomes: int
     late: int
     reject: int  # messages a handler refused (`Reject`), each once however often it was retried
     bug: int  # messages a handler failed on with any other exception (a bug in the view), each once
 
     def rate(self, outcome: str) -> float:
-        return getattr(self, outcome) / self.selected if self.selected else 0.0
+        return getattr(self, outcome) / self.outcomes if self.outcomes else 0.0
 
 
 class Verdict(NamedTuple):
@@ -53,6 +55,10 @@ WINDOW_ENTRIES = {
 # Reject is still known by its exception type)
 ERROR_CLASS = "coalesce(e.error_class, CASE WHEN e.exception_type = 'Reject' THEN 'reject' ELSE 'bug' END)"
 _MESSAGES = "count(DISTINCT (e.stream_id, e.seq))"  # a message's retried attempts are one message
+# a window's outcomes: the ledger's, but for handler errors, which are counted from the error log by message
+# as the rates' numerators are (a parked message's failure is logged at once, and reaches the ledger only if
+# it is skipped)
+_SETTLED = " + ".join(f"coalesce(sum({name}), 0)" for name in OUTCOME_COLUMNS if name != Outcome.HANDLER_ERROR)
 
 
 def _of_class(error_class: str) -> str:
@@ -73,13 +79,16 @@ def _logged(label: str, kind: str, where: str = "TRUE") -> str:
 def recent_windows(con: duckdb.DuckDBPyConnection, view: str) -> list[Window]:
     """The view's last run (the entries of its newest commit) and the last 24 h of logical time before
     its newest entry. Rejects and bugs come from the error log, by message: a parked message's failed
-    attempts are one message, and a bug that parked its stream counts although it moved no watermark."""
+    attempts are one message, and a bug that parked its stream counts although it moved no watermark.
+    A window counts every outcome its entries produced: a tick selects nothing, yet the messages a
+    skipped gap releases are applied, refused or failed on there."""
     windows = []
     for label, entries in WINDOW_ENTRIES.items():
+        failed = f"(SELECT {_MESSAGES} {_logged(label, 'handler_error')})"
         reject, bug = (f"(SELECT {_MESSAGES} {_logged(label, 'handler_error', _of_class(error_class))})"
                        for error_class in ("reject", "bug"))
         windows.append(Window(label, *map(int, _run(
-            con, f"SELECT count(*), coalesce(sum(selected), 0), coalesce(sum(late), 0), {reject}, {bug} "
+            con, f"SELECT count(*), {_SETTLED} + {failed}, coalesce(sum(late), 0), {reject}, {bug} "
                  f"FROM inorder.batches WHERE view = $view AND entry_idx IN ({entries})",
             view=view, day=DAY).fetchone())))
     return windows
@@ -87,16 +96,16 @@ def recent_windows(con: duckdb.DuckDBPyConnection, view: str) -> list[Window]:
 
 def judge_rate(outcome: str, windows: list[Window], thresholds: Thresholds, min_selected: int) -> Verdict:
     """ERROR when a window's rate is above `thresholds.error`, WARN above `thresholds.warn`; a window of
-    fewer than `min_selected` selected messages is too small a sample to judge."""
-    judged = [w for w in windows if w.selected >= min_selected]
+    fewer than `min_selected` outcomes is too small a sample to judge."""
+    judged = [w for w in windows if w.outcomes >= min_selected]
     if not judged:
-        most = max(w.selected for w in windows)
-        return Verdict(True, None, f"{most} selected messages at most in a window: fewer than the "
+        most = max(w.outcomes for w in windows)
+        return Verdict(True, None, f"{most} outcomes at most in a window: fewer than the "
                                    f"{min_selected} (`alerts.min_selected`) a rate is judged on", None)
     worst = max(judged, key=lambda w: w.rate(outcome))
     rate = worst.rate(outcome)
-    said = (f"{outcome} rate {rate:.2%} in the {worst.label} ({getattr(worst, outcome)} of {worst.selected} "
-            f"selected); warn above {thresholds.warn:.2%}, fail above {thresholds.error:.2%}")
+    said = (f"{outcome} rate {rate:.2%} in the {worst.label} ({getattr(worst, outcome)} of {worst.outcomes} "
+            f"outcomes); warn above {thresholds.warn:.2%}, fail above {thresholds.error:.2%}")
     if rate > thresholds.error:
         return Verdict(False, "ERROR", said, worst)
     if rate > thresholds.warn:
@@ -109,7 +118,7 @@ def judge_bugs(windows: list[Window]) -> Verdict:
     worst = max(windows, key=lambda w: w.bug)
     if worst.bug:
         return Verdict(False, "ERROR", f"{worst.bug} messages failed on a bug in the view's handlers in the "
-                                       f"{worst.label} ({worst.selected} selected)", worst)
+                                       f"{worst.label} ({worst.outcomes} outcomes)", worst)
     return Verdict(True, None, "no handler failed on a bug in the last 24 h", worst)
 
 
@@ -160,21 +169,65 @@ class OverdueStream(NamedTuple):
     waiting_for: int
     blocked_since: datetime
     due_at: datetime  # when the gap timer fires, in logical time
-    overdue_seconds: float  # past due + the tick interval
+    overdue_seconds: float  # how long before the instant judged it was due
 
 
-def overdue_streams(con: duckdb.DuckDBPyConnection, view: View, now: datetime, tick_interval: timedelta,
+class TimerClock(NamedTuple):
+    """The instant `no_overdue_blocked_streams` judges gap timers at, the clock it comes from, and why."""
+
+    clock: Literal["logical", "wall"]
+    at: datetime
+    why: str
+
+
+def timer_clock(con: duckdb.DuckDBPyConnection, tick_interval: timedelta, wall_now: datetime) -> TimerClock:
+    """Logical time judges every home: a timer not due at the store's newest logical time (its newest
+    entry's T) was not missed, whatever the wall clock says. A backfill, the demo's runs and a first batch
+    given `--now` in the past all record times the wall clock has long passed.
+
+    A home whose runs take their time from the clock is judged by the wall clock too, less one tick
+    interval: there, logical time follows the clock, so a timer due by the clock fires at the next tick,
+    and one that did not says that no tick ran. A home follows the clock when its newest committed entry
+    was committed within one tick interval of its logical time (a run with no `--now`, or a `--now` of the
+    present); a `--now` further back than that is a time the run was given."""
+    logical = logical_now(con)
+    lag = _newest_commit_lag(con)
+    if lag is None:
+        return TimerClock("logical", logical, "the newest entry's: nothing is committed yet")
+    if lag > tick_interval:
+        return TimerClock("logical", logical, f"the newest entry's, a time its run was given: it was committed "
+                                              f"{_span(lag)} later, so the wall clock does not judge its timers")
+    if wall_now - tick_interval <= logical:
+        return TimerClock("logical", logical, "the newest entry's: the runs take their time from the clock, and "
+                                              "less than a tick interval has passed since")
+    return TimerClock("wall", wall_now - tick_interval, f"the runs take their time from the clock, and the "
+                                                        f"newest entry is {_span(wall_now - logical)} old")
+
+
+def _newest_commit_lag(con: duckdb.DuckDBPyConnection) -> timedelta | None:
+    """How long after its logical time the store's newest committed entry was first committed (the
+    ledger's `committed_at` is the wall clock's); None when nothing is committed."""
+    return con.execute("SELECT min(committed_at) - min(received_at) FROM inorder.batches "
+                       "WHERE entry_idx = (SELECT max(entry_idx) FROM inorder.batches)").fetchone()[0]
+
+
+def _span(span: timedelta) -> str:
+    return str(timedelta(seconds=round(span.total_seconds())))
+
+
+def overdue_streams(con: duckdb.DuckDBPyConnection, view: View, at: datetime,
                     limit: int = 20) -> tuple[int, list[OverdueStream]]:
-    """Streams blocked (not parked) for longer than the view's gap_timeout + the tick interval at `now`:
-    a timer that should have fired did not (no tick is running, say). Returns (how many, the oldest)."""
-    cutoff = us_from_utc(now) - view.gap_timeout_us - int(tick_interval.total_seconds() * 1e6)
+    """Streams blocked (not parked) whose gap timer was due at `at` (blocked_since + gap_timeout <= at, the
+    engine's own rule) and has not fired. Returns (how many, the oldest)."""
+    at_us = us_from_utc(at)
     where = ("FROM inorder.watermarks WHERE view = ? AND blocked_at IS NOT NULL AND NOT parked "
-             "AND epoch_us(blocked_since) < ?")
-    count = con.execute(f"SELECT count(*) {where}", [view.name, cutoff]).fetchone()[0]
+             "AND epoch_us(blocked_since) + ? <= ?")
+    params = [view.name, view.gap_timeout_us, at_us]
+    count = con.execute(f"SELECT count(*) {where}", params).fetchone()[0]
     rows = con.execute(f"SELECT stream_id, last_seq + 1, blocked_since {where} ORDER BY blocked_since, stream_id "
-                       "LIMIT ?", [view.name, cutoff, limit]).fetchall()
+                       "LIMIT ?", [*params, limit]).fetchall()
     due = timedelta(microseconds=view.gap_timeout_us)
-    return count, [OverdueStream(s, seq, since, since + due, (cutoff - us_from_utc(since)) / 1e6)
+    return count, [OverdueStream(s, seq, since, since + due, (at_us - us_from_utc(since + due)) / 1e6)
                    for s, seq, since in rows]
 
 
