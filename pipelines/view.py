@@ -425,10 +425,11 @@ class Thresholds(NamedTuple):
 
 @dataclass(frozen=True)
 class Alerts:
-    """When a view's checks turn yellow or red: the share of selected messages its handlers refused
-    (`Reject`), and that arrived late, in the last run and over the last 24 h of logical time. A rate
-    judged on fewer than `min_selected` selected messages never fails: on a small sample one refusal
-    is a large share. Bugs (any other exception) have no threshold: one fails the `no_handler_bugs` check."""
+    """When a view's checks turn yellow or red: the share of outcomes that its handlers refused (`Reject`),
+    and that arrived late, in the last run and over the last 24 h of logical time (a window's outcomes are
+    every message its entries brought to an outcome, released by a tick or a retry too). A rate judged on
+    fewer than `min_selected` outcomes never fails: on a small sample one refusal is a large share. Bugs
+    (any other exception) have no threshold: one fails the `no_handler_bugs` check."""
 
     reject_rate: Thresholds = Thresholds(0.01, 0.05)
     late_rate: Thresholds = Thresholds(0.01, 0.05)
