@@ -475,12 +475,23 @@ def cmd_remove_view(args: argparse.Namespace) -> None:
     with Store.open(_home(), ()) as store:  # no views: none is recorded or checked on the way
         removed = remove_view(store.con, args.view, args.yes)
     rows = ", ".join(f"{n} {table}" for table, n in removed.state_rows.items())
-    what = f"its tables {', '.join(removed.tables)} and its engine rows ({rows})"
+    what = f"its tables {', '.join(removed.tables) or '(none of its own)'} and its engine rows ({rows})" + (
+        f"; it keeps {', '.join(removed.shared)}, which another of the store's views claims too" if removed.shared
+        else "")
     if not args.yes:
         print(f"would remove view {args.view}: {what}; the archive stays. Run again with --yes to remove it")
         sys.exit(1)
     print(f"removed view {args.view}: {what}. Take it out of INORDER_VIEWS too; the archive stays, so "
           f"`inorder run --add-views {args.view}` would build it again")
+
+
+def cmd_rename_view(args: argparse.Namespace) -> None:
+    from pipelines.facade import rename_view
+
+    rows = rename_view(_home(), args.old, args.new)
+    kept = ", ".join(f"{n} {table}" for table, n in rows.items())
+    print(f"renamed view {args.old} to {args.new} in the store: its tables, version and engine rows ({kept}) keep "
+          f"their history, nothing is replayed. INORDER_VIEWS must now load it as {args.new}")
 
 
 def cmd_spark(args: argparse.Namespace) -> None:
@@ -597,7 +608,8 @@ def _reading_commands(command, as_json: dict) -> None:
 
 
 def _operator_commands(command) -> None:
-    """What an operator does to a home: `retry`, `skip`, `publish`, `rebuild`, `reingest`, `remove-view`."""
+    """What an operator does to a home: `retry`, `skip`, `publish`, `rebuild`, `reingest`, `remove-view`,
+    `rename-view`."""
     for action in ("retry", "skip"):
         o = command(action, help=f"{action} a parked stream, or every parked stream of a view")
         o.add_argument("--view", required=True, help="the view the stream is parked in")
@@ -622,6 +634,11 @@ def _operator_commands(command) -> None:
     m.add_argument("view", help="a view the store holds")
     m.add_argument("--yes", action="store_true", help="remove it (without: only say what would be dropped)")
     m.set_defaults(func=cmd_remove_view)
+    n = command("rename-view", help="rename a view in the store after renaming it in its module: its tables and "
+                                    "history stay, nothing is replayed")
+    n.add_argument("old", metavar="OLD", help="the name the store holds it under")
+    n.add_argument("new", metavar="NEW", help="its new name, as its module declares it now")
+    n.set_defaults(func=cmd_rename_view)
 
 
 def _spark_command(command, as_json: dict) -> None:

@@ -22,13 +22,14 @@ from pipelines.engine.output import PassResult
 from pipelines.engine.planning import plan_passes, views_waiting
 from pipelines.engine.spark_pass import run_pass
 from pipelines.engine.stats import ProjectionStats
+from pipelines.registry import RESERVED_VIEW_NAMES, ViewDeclarationError
 from pipelines.serve.publish import Publication, Publisher, PublishError, Publishing, ServeTarget
 from pipelines.spark.session import stage_progress, starting_line
 from pipelines.store.layout import LIVE, Layout
 from pipelines.engine.order import HandlerBugFailure, NotParked
 from pipelines.store.rebuild import prepare_shadow, swap
 from pipelines.store.database import Home, Store, take_lock, us_from_utc
-from pipelines.store.versions import read_versions
+from pipelines.store.versions import read_versions, rename_view as rename_stored_view
 from pipelines.view import View
 
 Progress = Callable[[str], None]
@@ -277,6 +278,25 @@ def _logical_now(store: Store, now: datetime | None) -> int:
     return t_us
 
 
+def _rebuild_lock(home: Home, view_name: str, busy: str) -> int:
+    """The lock a rebuild of the view holds from its start to its swap (StoreBusy(busy) while it is taken)."""
+    return take_lock(home.root / f"rebuild-{view_name}.lock", 0, busy)
+
+
+def rename_view(home: Home, old: str, new: str) -> dict[str, int]:
+    """`inorder rename-view OLD NEW` (pipelines/store/versions.py: rename_view): engine table -> the view's rows,
+    now under its new name. Refused while a rebuild of the view runs, whose swap would bring the old name back."""
+    if new in RESERVED_VIEW_NAMES:
+        raise ViewDeclarationError(f"a view cannot be named {new!r}, the name of an engine asset "
+                                   f"({', '.join(sorted(RESERVED_VIEW_NAMES))})")
+    lock = _rebuild_lock(home, old, f"a rebuild of view {old} is running: rename the view when it ends")
+    try:
+        with Store.open(home, ()) as store:  # no views: none is recorded or checked on the way
+            return rename_stored_view(store.con, old, new)
+    finally:
+        os.close(lock)
+
+
 def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
             progress: Progress = _quiet) -> ProjectionStats:
     """Build `view` anew from the archive beside the live one, then swap it in at once: readers see the
@@ -293,7 +313,7 @@ def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
     mapping = source_mapping(home)
     shadow = Layout.shadow(view.name)
     home.ensure()
-    lock = take_lock(home.root / f"rebuild-{view.name}.lock", 0, f"a rebuild of view {view.name} is already running")
+    lock = _rebuild_lock(home, view.name, f"a rebuild of view {view.name} is already running")
     publishing = Publishing(progress)
     try:
         with Store.open(home, views) as store:

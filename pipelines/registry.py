@@ -36,6 +36,7 @@ class ViewDeclarationError(ValueError):
 class FoundView:
     view: View
     module: str  # where it is defined at module level
+    named: str  # the module of INORDER_VIEWS that brought it in (`module` itself, or a package holding it)
 
 
 def view_module_names(spec: str | None = None) -> tuple[str, ...]:
@@ -52,7 +53,7 @@ def load_views(spec: str | None = None) -> tuple[View, ...]:
     found: dict[int, FoundView] = {}  # a view imported into a second module is the same view, found once
     for name in names:
         for module in _modules(name):
-            for f in _views_in(module):
+            for f in _views_in(module, name):
                 found.setdefault(id(f.view), f)
     if not found:
         raise ViewDeclarationError(f"no View is defined at module level in {', '.join(names)} "
@@ -60,6 +61,7 @@ def load_views(spec: str | None = None) -> tuple[View, ...]:
     check_views(list(found.values()))
     for f in found.values():  # every module is imported: no handler comes after the fingerprint
         f.view.handlers.seal()
+        object.__setattr__(f.view, "module", f.named)  # View is frozen; the store records where it was loaded from
     return tuple(f.view for f in found.values())
 
 
@@ -82,8 +84,8 @@ def _modules(name: str) -> list[ModuleType]:
     return [module, *(_import(sub) for sub in inside)]
 
 
-def _views_in(module: ModuleType) -> list[FoundView]:
-    return [FoundView(value, module.__name__) for value in vars(module).values() if isinstance(value, View)]
+def _views_in(module: ModuleType, named: str) -> list[FoundView]:
+    return [FoundView(value, module.__name__, named) for value in vars(module).values() if isinstance(value, View)]
 
 
 def check_views(found: list[FoundView]) -> None:

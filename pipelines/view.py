@@ -520,6 +520,9 @@ class View:
     version: str | None = None
     on_change: OnChange = "mark"
     migrations: tuple[AddColumn, ...] = ()
+    # the INORDER_VIEWS module that loaded it (set by the registry; None for a view made elsewhere): the store
+    # records it, so that a refusal can name the module to load
+    module: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")

@@ -176,8 +176,8 @@ def test_every_command_refuses_views_the_store_does_not_hold_and_writes_nothing(
     assert done.returncode == 5, done.stdout + done.stderr
     assert done.stderr.splitlines()[-1] == (
         "inorder: refused: the store holds the views customers, order_items, orders, shop_daily, but INORDER_VIEWS "
-        "loaded account_activity, accounts, daily_totals: none of them is in the store. Set INORDER_VIEWS to the "
-        "modules of the store's views (or point INORDER_HOME at the right home); nothing was written")
+        "loaded account_activity, accounts, daily_totals: none of them is in the store. Set INORDER_VIEWS=shop.views, "
+        "the module of the store's views (or point INORDER_HOME at the right home); nothing was written")
     assert store_contents(shop_store / "store.duckdb") == before
 
 

@@ -68,6 +68,8 @@ CREATE TABLE IF NOT EXISTS {schema}.view_versions (
     view VARCHAR PRIMARY KEY, fingerprint VARCHAR NOT NULL, version VARCHAR, tables VARCHAR NOT NULL,
     code VARCHAR, recorded_at TIMESTAMPTZ NOT NULL, newer_fingerprint VARCHAR, newer_since_entry BIGINT,
     newer_since_batch VARCHAR);
+-- added later: the INORDER_VIEWS module that loaded the view, so a refusal can name the module to load
+ALTER TABLE {schema}.view_versions ADD COLUMN IF NOT EXISTS module VARCHAR;
 """
 
 

@@ -25,13 +25,13 @@ import sysconfig
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 import duckdb
 
 from pipelines.events import TypedHandler
-from pipelines.store.layout import LIVE, Layout, drop_primary_key, transaction
-from pipelines.view import Table, View
+from pipelines.store.layout import LIVE, STATE_TABLES, Layout, drop_primary_key, transaction
+from pipelines.view import Table, View, check_identifier
 
 Change = Literal["new", "same", "code", "tables", "migration"]
 
@@ -312,37 +312,92 @@ _ROW = "fingerprint, tables, code, newer_fingerprint, newer_since_entry, newer_s
 
 
 class ViewSetMismatch(RuntimeError):
-    """The loaded views (INORDER_VIEWS) are not views of this store: none of them is, or some would be
-    added to a store that holds others. Refused before anything is written (the message is one line)."""
+    """The loaded views (INORDER_VIEWS) are not views of this store: none of them is, some would be added to
+    a store that holds others, or one declares a table another of the store's views owns. Refused before
+    anything is written (the message is one line)."""
+
+
+class StoredView(NamedTuple):
+    """A view the store holds, as `view_versions` records it: the tables it owns (its recorded declarations:
+    the one record of which view owns a table) and the INORDER_VIEWS module that loaded it (None in a store
+    made before modules were recorded)."""
+
+    tables: tuple[str, ...]
+    module: str | None
+
+
+def stored_views(con: duckdb.DuckDBPyConnection, layout: Layout = LIVE) -> dict[str, StoredView]:
+    """The views the store holds, by name, in name order (none in a new store). Read before the engine's DDL
+    runs, so a store made before a column was added is read without it."""
+    columns = {c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND "
+                                         "table_name = 'view_versions'", [layout.state]).fetchall()}
+    module = "module" if "module" in columns else "NULL"
+    rows = con.execute(f"SELECT view, tables, {module} FROM {layout.state}.view_versions ORDER BY view"
+                       ).fetchall() if columns else []
+    return {view: StoredView(tuple(t["name"] for t in json.loads(tables)), module) for view, tables, module in rows}
 
 
 def stored_view_names(con: duckdb.DuckDBPyConnection, layout: Layout = LIVE) -> list[str]:
     """The views the store holds: those recorded in `view_versions` (none in a new store)."""
-    recorded = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = "
-                           "'view_versions'", [layout.state]).fetchone()[0]
-    if not recorded:
-        return []
-    return [r[0] for r in con.execute(f"SELECT view FROM {layout.state}.view_versions ORDER BY view").fetchall()]
+    return list(stored_views(con, layout))
 
 
 def check_view_set(con: duckdb.DuckDBPyConnection, views: Sequence[View], adding: Sequence[str] = ()) -> None:
     """Refuse (ViewSetMismatch) loaded views that name none of the store's views, or that would add views
-    to a store holding others, unless `adding` names them (`inorder run --add-views`). A new store takes
-    any views; loading only some of a store's views is allowed (the others wait)."""
-    stored = stored_view_names(con)
-    if not stored:
-        return
+    to a store holding others, unless `adding` names them (`inorder run --add-views`); and a loaded view
+    that declares a table another of the store's views owns, whether that view is loaded or not. A new
+    store takes any views; loading only some of a store's views is allowed (the others wait)."""
+    stored = stored_views(con)
+    if stored:
+        _check_names(stored, views, adding)
+        _check_owners(stored, views)
+
+
+def _check_names(stored: dict[str, StoredView], views: Sequence[View], adding: Sequence[str]) -> None:
     loaded = [v.name for v in views]
     new = [name for name in loaded if name not in stored and name not in adding]
     if not new:
         return
     holds = f"the store holds the views {', '.join(stored)}, but INORDER_VIEWS loaded {', '.join(loaded)}"
+    renamed = _rename_hint(stored, [v for v in views if v.name in new])
     if len(new) == len(loaded):
-        raise ViewSetMismatch(f"{holds}: none of them is in the store. Set INORDER_VIEWS to the modules of the "
-                              f"store's views (or point INORDER_HOME at the right home); nothing was written")
-    raise ViewSetMismatch(f"{holds}: {', '.join(new)} would be added to it. Add them explicitly with "
-                          f"`inorder run --add-views {','.join(new)}`, or leave them out of INORDER_VIEWS; "
-                          f"nothing was written")
+        modules = list(dict.fromkeys(s.module for s in stored.values()))
+        load = "set INORDER_VIEWS to the modules of the store's views" if None in modules else \
+            f"set INORDER_VIEWS={','.join(modules)}, the module{'s' if len(modules) > 1 else ''} of the store's views"
+        raise ViewSetMismatch(f"{holds}: none of them is in the store. {_or_else(renamed, load)} (or point "
+                              "INORDER_HOME at the right home); nothing was written")
+    add = f"add them explicitly with `inorder run --add-views {','.join(new)}`, or leave them out of INORDER_VIEWS"
+    raise ViewSetMismatch(f"{holds}: {', '.join(new)} would be added to it. {_or_else(renamed, add)}; "
+                          "nothing was written")
+
+
+def _check_owners(stored: dict[str, StoredView], views: Sequence[View]) -> None:
+    for view in views:
+        for table in view.tables:
+            owner = next((name for name, s in stored.items() if name != view.name and table.name in s.tables), None)
+            if owner is None:
+                continue
+            renamed = "" if view.name in stored else _rename_hint(stored, [view])
+            instead = f"rename the table, or take {owner} out of the store first (`inorder remove-view {owner}`)"
+            raise ViewSetMismatch(f"view {view.name} declares table {table.name}, which the store's view {owner} "
+                                  f"owns: a table belongs to one view. {_or_else(renamed, instead)}; nothing was written")
+
+
+def _rename_hint(stored: dict[str, StoredView], candidates: Sequence[View]) -> str:
+    """The way forward when a loaded view the store does not hold declares the same tables as a stored view of
+    another name: it is most likely that view, renamed in its module ("" when none does)."""
+    for view in candidates:
+        tables = sorted(t.name for t in view.tables)
+        old = next((name for name, s in stored.items() if name != view.name and sorted(s.tables) == tables), None)
+        if old is not None:
+            return (f"If {view.name} is {old} renamed (it declares the same tables), `inorder rename-view {old} "
+                    f"{view.name}` renames it in the store, with no replay")
+    return ""
+
+
+def _or_else(first: str, otherwise: str) -> str:
+    """`first; else otherwise`, or `otherwise` alone as a sentence when there is no `first`."""
+    return f"{first}; else {otherwise}" if first else otherwise[:1].upper() + otherwise[1:]
 
 
 def read_versions(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Layout = LIVE
@@ -355,11 +410,13 @@ def read_versions(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout:
 
 
 def record(con: duckdb.DuckDBPyConnection, view: View, layout: Layout = LIVE) -> None:
-    """The view's rows are (from now on) built by the code loaded now: its fingerprint, tables and parts."""
+    """The view's rows are (from now on) built by the code loaded now: its fingerprint, tables and parts, and
+    the module that loaded it (the one recorded stays when the view was not loaded by the registry)."""
     con.execute(f"INSERT OR REPLACE INTO {layout.state}.view_versions (view, fingerprint, version, tables, code, "
-                "recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+                f"recorded_at, module) VALUES (?, ?, ?, ?, ?, ?, coalesce(?, (SELECT module FROM "
+                f"{layout.state}.view_versions WHERE view = ?)))",
                 [view.name, fingerprint(view), view.version, json.dumps(table_declarations(view.tables)),
-                 json.dumps(code_parts(view)), datetime.now(timezone.utc)])
+                 json.dumps(code_parts(view)), datetime.now(timezone.utc), view.module, view.name])
 
 
 def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Layout = LIVE
@@ -375,9 +432,9 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
             with transaction(con):
                 if physical is not None and physical != table_declarations(view.tables):
                     # a store made before versions were recorded, whose tables are not the declared ones
-                    con.execute(f"INSERT INTO {layout.state}.view_versions (view, fingerprint, tables, recorded_at) "
-                                "VALUES (?, 'unrecorded', ?, ?)",
-                                [view.name, json.dumps(physical), datetime.now(timezone.utc)])
+                    con.execute(f"INSERT INTO {layout.state}.view_versions (view, fingerprint, tables, recorded_at, "
+                                "module) VALUES (?, 'unrecorded', ?, ?, ?)",
+                                [view.name, json.dumps(physical), datetime.now(timezone.utc), view.module])
                 else:
                     record(con, view, layout)
         elif version.change == "migration":
@@ -389,6 +446,10 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
                         if column not in old[table.name]:
                             con.execute(f'ALTER TABLE {layout.table(table.name)} ADD COLUMN "{column}" {sql_type}')
                 record(con, view, layout)
+    for view in views:  # a store made before modules were recorded learns them; a view moved, its new one
+        if view.module is not None:
+            con.execute(f"UPDATE {layout.state}.view_versions SET module = ? WHERE view = ? AND module IS DISTINCT "
+                        "FROM ?", [view.module, view.name, view.module])
     versions = read_versions(con, views, layout)
     for view in views:
         if not versions[view.name].refused:  # (re)create a table dropped by hand; a refused view stays as it is
@@ -406,31 +467,63 @@ class RemovedView:
     """What `remove_view` drops (or, before it is confirmed, would drop)."""
 
     view: str
-    tables: tuple[str, ...]  # the view's tables, as the store recorded them
+    tables: tuple[str, ...]  # the tables the view owns, as the store recorded them
     state_rows: dict[str, int]  # engine table -> the view's rows in it
+    # tables another of the store's views claims too (a store older code let two views claim a table in): kept
+    shared: tuple[str, ...] = ()
+
+
+def _state_rows(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, int]:
+    """Engine table -> the view's rows in it (its version row aside)."""
+    return {table: con.execute(f"SELECT count(*) FROM inorder.{table} WHERE view = ?", [name]).fetchone()[0]
+            for table in STATE_TABLES if table != "view_versions"}
+
+
+def _require_stored(stored: dict[str, StoredView], name: str) -> StoredView:
+    if name not in stored:
+        raise ViewSetMismatch(f"the store holds no view {name!r} (it holds {', '.join(stored) or 'none'})")
+    return stored[name]
 
 
 def remove_view(con: duckdb.DuckDBPyConnection, name: str, confirmed: bool) -> RemovedView:
-    """`inorder remove-view`: the explicit act that takes a view out of its store. Its tables and every
+    """`inorder remove-view`: the explicit act that takes a view out of its store. The tables it owns and every
     engine row of it (watermarks, buffers, errors, gaps, ledger rows, its version) go in one transaction;
     the ingest log and the archive stay, so adding the view back replays it from the archive. Without
     `confirmed`, only says what it would drop."""
-    row = con.execute("SELECT tables FROM inorder.view_versions WHERE view = ?", [name]).fetchone()
-    if row is None:
-        stored = stored_view_names(con)
-        raise ViewSetMismatch(f"the store holds no view {name!r} (it holds {', '.join(stored) or 'none'})")
-    tables = tuple(t["name"] for t in json.loads(row[0]))
-    counts = {table: con.execute(f"SELECT count(*) FROM inorder.{table} WHERE view = ?", [name]).fetchone()[0]
-              for table in ("watermarks", "pending", "errors", "gaps", "batches")}
+    stored = stored_views(con)
+    recorded = _require_stored(stored, name).tables
+    claimed = {table for other, s in stored.items() if other != name for table in s.tables}
+    removed = RemovedView(name, tuple(t for t in recorded if t not in claimed), _state_rows(con, name),
+                          tuple(t for t in recorded if t in claimed))
     if confirmed:
         with transaction(con):
-            for table in tables:
+            for table in removed.tables:
                 con.execute(f'DROP TABLE IF EXISTS {LIVE.table(table)}')
                 con.execute(f'DROP TABLE IF EXISTS {LIVE.newest_rows(table)}')  # an append table's newest rows
-            for table in (*counts, "view_versions"):
+            for table in STATE_TABLES:
                 con.execute(f"DELETE FROM inorder.{table} WHERE view = ?", [name])
             con.execute(f"DROP SCHEMA IF EXISTS {Layout.shadow(name).state} CASCADE")  # an interrupted rebuild's
-    return RemovedView(name, tables, counts)
+    return removed
+
+
+def rename_view(con: duckdb.DuckDBPyConnection, old: str, new: str) -> dict[str, int]:
+    """`inorder rename-view`: the view `old`, renamed `new` in its module, keeps its tables and its history, with
+    no replay: its version, watermarks, buffers, errors, gaps, ledger rows and the operator entries that target
+    it are renamed in one transaction. An interrupted rebuild's shadow of it is dropped (a rebuild starts afresh).
+    The caller holds the writer lock and the view's rebuild lock. Returns engine table -> the view's rows in it."""
+    check_identifier(new, "view")
+    stored = stored_views(con)
+    _require_stored(stored, old)
+    if new in stored:
+        raise ViewSetMismatch(f"the store holds a view {new!r} already: `inorder remove-view {new}` takes it out "
+                              "first, if it is the one to go; nothing was written")
+    rows = _state_rows(con, old)
+    with transaction(con):
+        for table in STATE_TABLES:
+            con.execute(f"UPDATE inorder.{table} SET view = ? WHERE view = ?", [new, old])
+        con.execute("UPDATE inorder.ingest_log SET target_view = ? WHERE target_view = ?", [new, old])
+        con.execute(f"DROP SCHEMA IF EXISTS {Layout.shadow(old).state} CASCADE")
+    return rows
 
 
 def keep_newest_rows(con: duckdb.DuckDBPyConnection, table: Table, layout: Layout = LIVE) -> None:
