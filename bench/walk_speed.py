@@ -41,6 +41,7 @@ def partition_input(files: list[Path]):
     import pyarrow.compute as pc
     from pipelines.engine.normalise import SourceMapping, inspect_json_lines
     from pipelines.engine.order import PassEntry
+    from pipelines.engine.pass_data import InputKind  # the checkout's own numbering
     from pipelines.registry import load_views
 
     views = load_views("views")
@@ -53,7 +54,7 @@ def partition_input(files: list[Path]):
               pc.unique(messages["stream_type"]).to_pylist()}
     messages = messages.filter(pc.is_in(messages["stream_type"], pa.array([t for t, r in routes.items() if r])))
     rows = messages.num_rows
-    table = messages.append_column("rec_type", pa.array([2] * rows, pa.int32())) \
+    table = messages.append_column("rec_type", pa.array([int(InputKind.NEW)] * rows, pa.int32())) \
         .append_column("view", pa.nulls(rows, pa.string())) \
         .append_column("views", pa.array([routes[t] for t in messages["stream_type"].to_pylist()], pa.string()))
     table = table.sort_by([("stream_id", "ascending"), ("entry_idx", "ascending"), ("line", "ascending")])

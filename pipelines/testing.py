@@ -85,14 +85,18 @@ class ReplayResult:
 
 class ViewState:
     """One view's part of the store between runs, as a commit leaves it: per stream its watermark (as the
-    walk emitted it), its skipped gap ranges and its pending buffer; per stream the rows of its keyed tables,
-    the appended rows, and the aggregate tables' sums. `project` is one run's pass over entries and its commit."""
+    walk emitted it), its skipped gap ranges, its pending buffer and the first copy received of each seq; per
+    stream the rows of its keyed tables, the appended rows, and the aggregate tables' sums. `project` is one
+    run's pass over entries and its commit."""
 
     def __init__(self, view: View, first_seq: int = 1) -> None:
         self.view, self.first_seq = view, first_seq
         self.watermarks: dict[str, dict] = {}
         self.skipped: dict[str, list[tuple[int, int]]] = {}
         self.pending: dict[str, list[Message]] = {}
+        # per stream, the first copy received of each seq: the copy a walk took at it, unless that seq was skipped
+        # (the engine reads the same from the archive, pipelines/engine/inputs.py)
+        self.first_copies: dict[str, dict[int, Message]] = {}
         self.keyed: dict[str, dict[str, list[dict]]] = {t.name: {} for t in view.tables if t.kind == "keyed"}
         self.appended: dict[str, list[dict]] = {t.name: [] for t in view.tables if t.kind == "append"}
         self.sums: dict[str, dict] = {}
@@ -127,11 +131,18 @@ class ViewState:
             state.keyed_rows = {name: [dict(r) for r in rows.get(sid, [])] for name, rows in self.keyed.items()}
             state.newest_rows = {name: next((r for r in reversed(rows) if r[view.table(name).stream_key] == sid),
                                             None) for name, rows in self.appended.items()}
+            first_copies = self.first_copies.get(sid, {})
+            state.walked = {m.seq: first_copies[m.seq] for m in new.get(sid, ())
+                            if m.seq <= state.last_seq and m.seq in first_copies}
             walk_stream(view, sid, state, self.pending.get(sid, []), new.get(sid, []), entries, out, sums)
         if out.fatal and bug_fails_run:
             raise HandlerBugFailure(out.fatal)
         self.sums = sums
         self._commit(out)
+        for sid, msgs in new.items():
+            first_copies = self.first_copies.setdefault(sid, {})
+            for m in msgs:
+                first_copies.setdefault(m.seq, m)
         return out
 
     def _commit(self, out: PassOutput) -> None:

@@ -426,6 +426,7 @@ class _Stream:
     parked: bool = False
     attempts: int = 0  # failed attempts of the parked message
     skipped: list[tuple[int, int]] = field(default_factory=list)
+    walked: dict[int, dict] = field(default_factory=dict)  # seq -> the copy the walk took at it (applied or not)
     updated_entry: int | None = None  # the last entry whose run walked the stream
     prev_last_seq: int | None = None  # last_seq before that entry (None: the stream was new in it)
 
@@ -521,11 +522,16 @@ class Model:
             s = streams.setdefault(m["stream_id"], _Stream(m["stream_type"], self.first_seq - 1))
             seq = m["seq"]
             if seq <= s.last_seq:
+                walked_copy = s.walked.get(seq)
                 if any(a <= seq <= b for a, b in s.skipped):
                     c["late"] += 1
                     self._error(view, m, "late", reason=f"seq {seq} arrived after its gap was skipped")
-                else:
+                elif all(walked_copy[k] == m[k] for k in CONTENT):
                     c["duplicate"] += 1
+                else:  # DESIGN §2.3: the source rewrote a message the view has walked
+                    c["conflict"] += 1
+                    self._error(view, m, "conflict", reason=f"seq {seq} differs from the copy walked at that seq "
+                                                            f"(batch {walked_copy['batch_id']}, line {walked_copy['line']})")
             elif seq in s.pending:
                 if all(s.pending[seq][k] == m[k] for k in CONTENT):
                     c["duplicate"] += 1
@@ -560,7 +566,7 @@ class Model:
         s.updated_entry, s.prev_last_seq = self.entry_idx, s.last_seq
         s.parked = False
         if e.kind == "skip":
-            del s.pending[s.last_seq + 1]  # the parked message: its outcome is handler_error
+            s.walked[s.last_seq + 1] = s.pending.pop(s.last_seq + 1)  # the parked message: outcome handler_error
             s.last_seq, s.attempts = s.last_seq + 1, 0
             c["handler_error"] += 1
         self._walk(view, e.target_stream, s, e, c)
@@ -579,7 +585,7 @@ class Model:
                     s.last_seq = nxt - 1
                     s.blocked_at = s.blocked_since = None  # parked, not waiting at a gap
                     return
-                del s.pending[nxt]
+                s.walked[nxt] = s.pending.pop(nxt)
                 c[outcome] += 1
                 nxt += 1
             if not s.pending:

@@ -107,6 +107,23 @@ def test_duplicate_versus_conflict(spark, tmp_path):
     ])
 
 
+def test_a_resend_that_rewrites_an_applied_message_is_a_conflict(spark, tmp_path):
+    """DESIGN §2.3 (issue 33, finding 4): a batch resends seq 2 with another amount after seq 2 was applied in
+    an earlier pass: a `conflict` whose error row names the walked copy's batch and line, not a silent
+    duplicate; the identical resend stays a duplicate, and the seq skipped by its gap stays late."""
+    _, store = engine_equals_model(spark, tmp_path, [
+        batch(1, 0, opened("a"), dep("a", 2, 20), dep("a", 4, 40)),
+        tick(2, 600),  # seq 3's gap is skipped, seq 4 applied
+        batch(3, 700, dep("a", 2, 99), dep("a", 2, 20), dep("a", 3, 30)),
+    ], [accounts_view.VIEW])
+    b3 = ledger(store, "accounts")["b3"]
+    assert (b3["conflict"], b3["duplicate"], b3["late"], b3["applied"]) == (1, 1, 1, 0)
+    (conflict,) = [e for e in store["errors"] if e["kind"] == "conflict"]
+    assert (conflict["seq"], conflict["batch_id"], conflict["line"]) == (2, "b3", 1)
+    assert conflict["reason"] == "seq 2 differs from the copy walked at that seq (batch b1, line 2)"
+    assert store["accounts"][0]["balance"] == Decimal("60.00")
+
+
 def test_park_retry_skip(spark, tmp_path):
     home, store = engine_equals_model(spark, tmp_path, [
         batch(1, 0, opened("a"), wd("a", 2, 5), dep("a", 3, 9), opened("b")),

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import strategies as st
 
 from pipelines.engine.normalise import SourceMapping
+from pipelines.testing import Replay
 from tests.memory_engine import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
 from tests.builders import T0, batch, dep, opened, wd
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
@@ -258,3 +259,25 @@ def test_a_second_copy_that_differs_only_in_occurred_at_or_event_id_is_a_conflic
             expected = "duplicate" if differs == "reserialised" else "conflict"
             assert row[expected] == 1 and row["conflict" if expected == "duplicate" else "duplicate"] == 0, differs
             assert_replay_equals_model(views, entries)
+
+
+@pytest.mark.parametrize("entries_per_pass", [1, 2])
+def test_a_message_rewritten_after_it_was_applied_is_a_conflict_naming_the_walked_copy(entries_per_pass):
+    """DESIGN §2.3: seq 2 resent with another amount after seq 2 was applied, in a later pass or later in the
+    same pass, is a `conflict` whose row names the walked copy; an identical resend is a silent duplicate."""
+    entries = [batch(1, 0, opened("a"), dep("a", 2, 20)), batch(2, 10, dep("a", 2, 99), dep("a", 2, 20))]
+    replayed = assert_replay_equals_model([accounts_view.VIEW], entries, entries_per_pass=entries_per_pass)
+    b2 = next(row for row in replayed.batches if row["batch_id"] == "b2")
+    assert (b2["conflict"], b2["duplicate"], b2["applied"]) == (1, 1, 0)
+    (conflict,) = replayed.errors
+    assert (conflict["kind"], conflict["seq"], conflict["batch_id"], conflict["line"]) == ("conflict", 2, "b2", 1)
+    assert conflict["reason"] == "seq 2 differs from the copy walked at that seq (batch b1, line 2)"
+
+
+def test_the_test_kit_logs_a_message_rewritten_after_it_was_applied():
+    session = Replay(accounts_view.VIEW)
+    session.run([opened("a"), dep("a", 2, 20)], at=datetime.fromtimestamp(T0, timezone.utc), batch_id="b1")
+    result = session.run([dep("a", 2, 99)], at=datetime.fromtimestamp(T0 + 10, timezone.utc), batch_id="b2")
+    assert [(e["kind"], e["seq"], e["reason"]) for e in result.errors] == [
+        ("conflict", 2, "seq 2 differs from the copy walked at that seq (batch b1, line 2)")]
+    assert (result.counts["conflict"], result.counts.get("duplicate", 0)) == (1, 0)

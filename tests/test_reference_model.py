@@ -129,10 +129,37 @@ def test_duplicate_versus_conflict():
     ], BANK_VIEWS)
     led = ledger(out)
     assert (led["b1"]["duplicate"], led["b1"]["conflict"], led["b1"]["pending"]) == (1, 1, 1)
-    assert (led["b2"]["duplicate"], led["b2"]["conflict"], led["b2"]["applied"]) == (2, 0, 2)
-    (conflict,) = rows(out, "errors", kind="conflict", view="accounts")
-    assert (conflict["seq"], json.loads(conflict["payload"])) == (3, {"amount": 99})
+    # b2 resends the applied seq 1: the identical copy is a duplicate, the one with another owner a conflict
+    assert (led["b2"]["duplicate"], led["b2"]["conflict"], led["b2"]["applied"]) == (1, 1, 2)
+    in_buffer, after_apply = rows(out, "errors", kind="conflict", view="accounts")
+    assert (in_buffer["seq"], json.loads(in_buffer["payload"])) == (3, {"amount": 99})
+    assert in_buffer["reason"] == "seq 3 differs from the first received (batch b1, line 2)"
+    assert (after_apply["seq"], after_apply["batch_id"], after_apply["line"]) == (1, "b2", 3)
+    assert after_apply["reason"] == "seq 1 differs from the copy walked at that seq (batch b1, line 1)"
     assert balance(out, "a") == Decimal("50.00")  # the first received seq 3 (30) was kept
+    assert rows(out, "accounts")[0]["owner"] == "ada"  # and the walked seq 1, never the rewrite
+    assert_conserved(out)
+
+
+def test_a_rewritten_message_is_a_conflict_after_apply_a_late_one_stays_late():
+    """DESIGN §2.3: at or below the watermark, a copy whose content differs from the walked one is a
+    conflict naming the walked copy, however many entries later; an identical one is a silent duplicate;
+    a seq in a skipped range has no walked copy and stays late, whatever its content."""
+    out = run_model([
+        batch(1, 0, opened("a"), dep("a", 2, 20), dep("a", 4, 40)),
+        tick(2, 600),  # seq 3 is skipped
+        batch(3, 700, dep("a", 2, 20)),
+        batch(4, 800, dep("a", 2, 99), dep("a", 3, 30), msg("a", 4, "Deposited", occurred_at="later", amount=40)),
+    ], BANK_VIEWS)
+    led = ledger(out)
+    assert (led["b3"]["duplicate"], led["b3"]["conflict"]) == (1, 0)
+    assert (led["b4"]["duplicate"], led["b4"]["conflict"], led["b4"]["late"]) == (0, 2, 1)
+    conflicts = rows(out, "errors", kind="conflict", view="accounts")
+    assert [(e["seq"], e["batch_id"], e["line"], e["reason"]) for e in conflicts] == [
+        (2, "b4", 1, "seq 2 differs from the copy walked at that seq (batch b1, line 2)"),
+        (4, "b4", 3, "seq 4 differs from the copy walked at that seq (batch b1, line 3)")]
+    assert [e["seq"] for e in rows(out, "errors", kind="late", view="accounts")] == [3]
+    assert balance(out, "a") == Decimal("60.00")
     assert_conserved(out)
 
 

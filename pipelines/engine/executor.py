@@ -79,7 +79,7 @@ def order_and_apply_partition(batches: Iterator[pa.RecordBatch], views: dict[str
 
 class PartitionWalk:
     """One partition's walk. Rows arrive sorted by (stream_id, rec_type, view, entry_idx, line), so a
-    stream's state and pending rows (one set per view) come first, then its new messages, each once:
+    stream's state, walked copies and pending rows (one set per view) come first, then its new messages, each once:
     `read` gathers a stream's rows from the batches, `walk_stream` walks each of its views
     (pipelines/engine/order.py), `summary` gives the partition's metrics and aggregate partial sums."""
 
@@ -93,6 +93,7 @@ class PartitionWalk:
         self.stream_id: str | None = None  # the stream being gathered, and its rows so far
         self.states: dict[str, dict] = {}
         self.pending: dict[str, list[Message]] = {}
+        self.walked_copies: dict[str, list[Message]] = {}
         self.new: list[Message] = []
         self.new_views: list[str] = []
 
@@ -123,13 +124,15 @@ class PartitionWalk:
                     self.flush_stream()
                     if len(self.out) >= _FLUSH_EVERY:
                         yield from self.flush_output(schema)
-                self.stream_id, self.states, self.pending, self.new, self.new_views = stream_col[start], {}, {}, [], []
+                self.stream_id, self.states, self.pending, self.walked_copies = stream_col[start], {}, {}, {}
+                self.new, self.new_views = [], []
             i = start
-            while i < end and rec_col[i] != InputKind.NEW:  # a stream's state and pending rows sort first
+            while i < end and rec_col[i] != InputKind.NEW:  # a stream's state, walked and pending rows sort first
                 if rec_col[i] == InputKind.STATE:
                     self.states[view_col[i]] = state_rows[i]
                 else:
-                    self.pending.setdefault(view_col[i], []).append(message_rows[i])
+                    held = self.walked_copies if rec_col[i] == InputKind.WALKED else self.pending
+                    held.setdefault(view_col[i], []).append(message_rows[i])
                 i += 1
             self.new.extend(message_rows[i:end])
             self.new_views.extend(views_col[i:end])
@@ -150,6 +153,8 @@ class PartitionWalk:
             view = views[view_name]
             stored = states.get(view_name)
             state = _decode_state(view, stored, first_seq) if stored else StreamState(last_seq=first_seq - 1)
+            if view_name in self.walked_copies:
+                state.walked = {m.seq: m for m in self.walked_copies[view_name]}
             walk_stream(view, self.stream_id, state, pending.get(view_name, []), by_view.get(view_name, []),
                         self.entries[view_name], self.out, self.aggregates.setdefault(view_name, {}))
         self.walk_seconds += time.perf_counter() - started

@@ -211,13 +211,17 @@ def stream_type_counts(messages: pa.Table) -> dict[str, int]:
 
 
 def _record_streams(store: Store, entry_idx: int, batch: InspectedBatch) -> None:
-    """The batch's distinct streams per stream type, with their sketch (pipelines/engine/planning.py)."""
-    store.con.register("inorder_ingested", batch.messages.select(["stream_type", "stream_id"]))
+    """The batch's distinct streams per stream type, with their sketch (pipelines/engine/planning.py), and
+    each stream's seq range (where a pass looks for the copy walked at a resent seq, pipelines/engine/inputs.py)."""
+    store.con.register("inorder_ingested", batch.messages.select(["stream_type", "stream_id", "seq"]))
     try:
         store.con.execute(
             f"INSERT INTO inorder.ingest_streams (entry_idx, stream_type, streams, sketch) "
             f"SELECT ?, stream_type, count(*), {SKETCH_SQL} "
             f"FROM (SELECT DISTINCT stream_type, stream_id FROM inorder_ingested) GROUP BY ALL", [entry_idx])
+        store.con.execute(
+            "INSERT INTO inorder.ingest_seq_ranges (entry_idx, stream_id, min_seq, max_seq) "
+            "SELECT ?, stream_id, min(seq), max(seq) FROM inorder_ingested GROUP BY stream_id", [entry_idx])
     finally:
         store.con.unregister("inorder_ingested")
 

@@ -63,6 +63,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
     plan.message_counts = _scan_messages(store.con, files)
     _find_streams(store.con, views, plan, layout)
     _find_watermarks_and_gaps(store.con, layout)
+    _find_walked_copies(store.con, home, files)
     return _write_inputs(store.con, home, views, plan, layout), files
 
 
@@ -76,12 +77,13 @@ def _record_todo(con, views: list[View], plan: PassPlan) -> None:
 
 def _scan_messages(con, files: list[str]) -> dict[tuple[int, str], int]:
     """One scan of the archive (`pass_messages`): which streams the pass touches, and for the ledger, the
-    messages of each (entry, stream type)."""
+    messages of each (entry, stream type); with each stream's lowest seq, which tells the streams that may
+    resend a seq they have walked (`_find_walked_copies`)."""
     con.execute("CREATE OR REPLACE TEMP TABLE pass_messages "
-                "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT)")
+                "(entry_idx BIGINT, stream_type VARCHAR, stream_id VARCHAR, n BIGINT, min_seq BIGINT)")
     if files:
-        con.execute("INSERT INTO pass_messages (entry_idx, stream_type, stream_id, n) "
-                    "SELECT a.entry_idx, a.stream_type, a.stream_id, count(*) FROM read_parquet(?) a "
+        con.execute("INSERT INTO pass_messages (entry_idx, stream_type, stream_id, n, min_seq) "
+                    "SELECT a.entry_idx, a.stream_type, a.stream_id, count(*), min(a.seq) FROM read_parquet(?) a "
                     "GROUP BY a.entry_idx, a.stream_type, a.stream_id", [files])
     return {(entry_idx, stream_type): int(n) for entry_idx, stream_type, n in con.execute(
         "SELECT m.entry_idx, m.stream_type, sum(m.n) FROM pass_messages m GROUP BY m.entry_idx, m.stream_type"
@@ -135,6 +137,58 @@ def _find_watermarks_and_gaps(con, layout: Layout) -> None:
         GROUP BY g.view, g.stream_id""")
 
 
+def _find_walked_copies(con, home: Home, files: list[str]) -> None:
+    """`pass_walked`: for each seq at or below its (view, stream)'s watermark that a message of the pass
+    resends, the copy walked at it, which the walk compares the resend with (CONCEPTS §2: a duplicate, or a
+    conflict). That copy is the first the archive holds of the seq among the view's stream types: a later one
+    was a duplicate or a conflict of it, and a seq whose first copy came after its gap was skipped is late for
+    good (the walk tells late before it looks for a copy). Its cost follows the pass: the streams whose lowest
+    seq in the pass is at or below their watermark (`pass_messages`), none in the usual pass, lead to their
+    resent seqs, and `inorder.ingest_seq_ranges` to the archived batches that hold a copy of them; only those
+    are read."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE pass_resent AS
+        SELECT DISTINCT t.view, m.stream_id, w.last_seq FROM pass_messages m
+        JOIN pass_todo t ON t.entry_idx = m.entry_idx
+        JOIN pass_subs s ON s.view = t.view AND s.stream_type = m.stream_type
+        JOIN pass_watermarks w ON w.view = t.view AND w.stream_id = m.stream_id
+        WHERE m.min_seq <= w.last_seq""")
+    con.execute("CREATE OR REPLACE TEMP TABLE pass_walked AS SELECT * FROM inorder.pending LIMIT 0")  # its columns
+    if not con.execute("SELECT count(*) FROM pass_resent").fetchone()[0]:
+        return
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE pass_resent_seqs AS
+        SELECT DISTINCT r.view, a.stream_id, a.seq FROM read_parquet(?) a
+        JOIN pass_resent r ON r.stream_id = a.stream_id AND a.seq <= r.last_seq
+        JOIN pass_todo t ON t.view = r.view AND t.entry_idx = a.entry_idx
+        JOIN pass_subs s ON s.view = r.view AND s.stream_type = a.stream_type""", [files])
+    holding = [str(archive_path(home, e)) for (e,) in con.execute("""
+        SELECT DISTINCT i.entry_idx FROM inorder.ingest_seq_ranges i
+        JOIN pass_resent_seqs r ON r.stream_id = i.stream_id AND r.seq BETWEEN i.min_seq AND i.max_seq
+        ORDER BY 1""").fetchall()]
+    if holding:
+        con.execute("""
+            INSERT INTO pass_walked BY NAME
+            SELECT r.view, a.stream_id, a.seq, a.stream_type, a.event_type, a.payload, a.occurred_at, a.event_id,
+                   a.batch_id, a.line, a.entry_idx
+            FROM read_parquet(?) a
+            JOIN pass_resent_seqs r ON r.stream_id = a.stream_id AND r.seq = a.seq
+            JOIN pass_subs s ON s.view = r.view AND s.stream_type = a.stream_type
+            QUALIFY row_number() OVER (PARTITION BY r.view, a.stream_id, a.seq ORDER BY a.entry_idx, a.line) = 1""",
+                    [holding])
+
+
+def _message_rows(source: str, alias: str, kind: InputKind) -> str:
+    """The input rows (`kind` WALKED or PENDING) of the messages in `source AS alias`, a table of
+    `inorder.pending`'s columns: every input column but the state's."""
+    p = alias
+    return f"""
+        SELECT {p}.view, {p}.stream_id, {int(kind)}::INTEGER AS rec_type, {p}.entry_idx, {p}.line, {p}.seq,
+               {p}.batch_id, {p}.event_type, {p}.payload, {p}.occurred_at, {p}.event_id, {p}.stream_type,
+               NULL::VARCHAR AS views  -- a NEW message's; here so that the file has every input column
+        FROM {source} {alias}"""
+
+
 def _write_inputs(con, home: Home, views: list[View], plan: PassPlan, layout: Layout) -> PassInputs | None:
     """The touched state, typed, written by DuckDB itself where the executors read it (docs/STORE.md,
     "The pass"); None when it has no row."""
@@ -142,11 +196,9 @@ def _write_inputs(con, home: Home, views: list[View], plan: PassPlan, layout: La
     shutil.rmtree(scratch, ignore_errors=True)  # what a crashed pass left
     scratch.mkdir(parents=True)
     parts = [_state_sql(view, layout) for view in views if view.name in plan.by_view]
-    parts.append(f"""
-        SELECT p.view, p.stream_id, {int(InputKind.PENDING)}::INTEGER AS rec_type, p.entry_idx, p.line, p.seq,
-               p.batch_id, p.event_type, p.payload, p.occurred_at, p.event_id, p.stream_type,
-               NULL::VARCHAR AS views  -- a NEW message's; here so that the file has every input column
-        FROM {layout.state}.pending p JOIN pass_streams s ON s.view = p.view AND s.stream_id = p.stream_id""")
+    parts.append(_message_rows(f"{layout.state}.pending", "p", InputKind.PENDING)
+                 + " JOIN pass_streams s ON s.view = p.view AND s.stream_id = p.stream_id")
+    parts.append(_message_rows("pass_walked", "w", InputKind.WALKED))
     path = scratch / f"inputs-{uuid.uuid4().hex}.parquet"
     target = str(path).replace("'", "''")
     (written,) = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO '{target}' (FORMAT parquet)").fetchone()

@@ -63,6 +63,9 @@ class StreamState:
     parked: bool = False
     attempts: int = 0  # failed attempts so far of the message at last_seq + 1 (a parked stream's)
     skipped: list[tuple[int, int]] = field(default_factory=list)  # logged gap ranges, sorted
+    # seq -> the copy walked at it: loaded only for the seqs at or below last_seq that the pass's messages
+    # resend (a resend with other content is a conflict, CONCEPTS §2), and added to as the walk goes
+    walked: dict[int, Message] = field(default_factory=dict)
     keyed_rows: dict[str, list[dict]] = field(default_factory=dict)
     newest_rows: dict[str, dict | None] = field(default_factory=dict)
 
@@ -149,9 +152,9 @@ class StreamWalk:
         self.finish()
 
     def receive(self, entry: PassEntry, arrived: list[Message]) -> None:
-        """Count the entry's messages as selected, and buffer each by its seq unless it is a duplicate (of
-        an applied or a buffered message), late (its gap was skipped) or a conflict (a buffered seq with
-        another content)."""
+        """Count the entry's messages as selected, and buffer each by its seq unless it is late (its gap was
+        skipped), a duplicate (the same content as the copy walked or buffered at its seq) or a conflict
+        (another content: the source rewrote the message)."""
         name, stream_id, state, pending, out = self.name, self.stream_id, self.state, self.pending, self.out
         entry_idx = entry.entry_idx
         out.count(name, entry_idx, SELECTED, len(arrived))
@@ -162,21 +165,27 @@ class StreamWalk:
                     out.count(name, entry_idx, LATE)
                     out.errors.append(ErrorRecord(name, stream_id, entry_idx, LATE, msg,
                                                   f"seq {seq} arrived after its gap was skipped", entry.t_us))
-                else:
-                    out.count(name, entry_idx, DUPLICATE)
+                else:  # no walked copy only where the archive holds none (docs/STORE.md): a duplicate
+                    self._compare(entry, msg, state.walked.get(seq), "the copy walked at that seq")
                 continue
             first = pending.get(seq)
             if first is None:
                 pending[seq] = msg
                 if faults.ARMED:
                     crash_point("order.candidate")
-            elif first.content == msg.content:
-                out.count(name, entry_idx, DUPLICATE)
             else:
-                out.count(name, entry_idx, CONFLICT)
-                out.errors.append(ErrorRecord(name, stream_id, entry_idx, CONFLICT, msg,
-                                              f"seq {seq} differs from the first received "
-                                              f"(batch {first.batch_id}, line {first.line})", entry.t_us))
+                self._compare(entry, msg, first, "the first received")
+
+    def _compare(self, entry: PassEntry, msg: Message, kept: Message | None, which: str) -> None:
+        """`msg` resends a seq whose copy `kept` the stream holds: a duplicate of the same content, else a
+        conflict, logged with where `kept` came from."""
+        if kept is None or kept.content == msg.content:
+            self.out.count(self.name, entry.entry_idx, DUPLICATE)
+            return
+        self.out.count(self.name, entry.entry_idx, CONFLICT)
+        self.out.errors.append(ErrorRecord(self.name, self.stream_id, entry.entry_idx, CONFLICT, msg,
+                                           f"seq {msg.seq} differs from {which} "
+                                           f"(batch {kept.batch_id}, line {kept.line})", entry.t_us))
 
     def operator_action(self, entry: PassEntry) -> None:
         """A retry or a skip of the parked stream unparks it; a skip drops its parked message (counted as
@@ -184,7 +193,7 @@ class StreamWalk:
         state = self.state
         state.parked = False
         if entry.kind == "skip":
-            dropped = self.pending.pop(state.last_seq + 1)
+            dropped = state.walked[state.last_seq + 1] = self.pending.pop(state.last_seq + 1)
             self.out.count(self.name, entry.entry_idx, HANDLER_ERROR)
             state.last_seq, state.attempts = dropped.seq, 0
 
@@ -193,6 +202,7 @@ class StreamWalk:
         stream or a seq is missing; a missing range whose timer fired (or with more buffered than
         max_pending behind it) is skipped, and the walk goes on after it."""
         state, pending, apply, stream_id = self.state, self.pending, self.applier.apply, self.stream_id
+        walked = state.walked
         gap_timeout_us, max_pending = self.view.gap_timeout_us, self.view.max_pending
         nxt = state.last_seq + 1
         done = {APPLIED: 0, IGNORED: 0, HANDLER_ERROR: 0}
@@ -203,7 +213,7 @@ class StreamWalk:
                 if exc is not None and self._handler_failed(entry, msg, nxt, exc):
                     break  # the message stays buffered: an operator decides (or the run fails)
                 done[outcome] += 1
-                del pending[nxt]
+                walked[nxt] = pending.pop(nxt)  # a later entry of the pass may resend it
                 nxt += 1
                 continue
             if not pending:

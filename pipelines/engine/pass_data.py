@@ -48,8 +48,9 @@ class InputKind(IntEnum):
     """What an input row is (its `rec_type`), in the order a stream's rows reach the walk."""
 
     STATE = 0  # a (view, stream)'s stored state: watermark fields, skipped ranges, its rows of the view's tables
-    PENDING = 1  # a message buffered for a (view, stream)
-    NEW = 2  # a message of the pass, once, routed to each view of `views`
+    WALKED = 1  # the copy a (view, stream) walked at a seq at or below its watermark that a NEW message resends
+    PENDING = 2  # a message buffered for a (view, stream)
+    NEW = 3  # a message of the pass, once, routed to each view of `views`
 
 
 class OutputKind(StrEnum):
@@ -200,7 +201,7 @@ class PassOutput:
 #   rows but no watermark), `skipped` (its logged gap ranges, in seq order), and per table of the view
 #   (`row_column`): a keyed table's rows of the stream (a list of `row_type`), an append table's newest row
 #   (a `row_type`, null for none);
-# - PENDING and NEW: the message's fields (MESSAGE_SCHEMA's), NEW its `views` too.
+# - WALKED, PENDING and NEW: the message's fields (MESSAGE_SCHEMA's), NEW its `views` too.
 WATERMARK_STATE_COLUMNS = [("last_seq", pa.int64()), ("blocked_at", pa.int64()), ("blocked_since", UTC_MICROS),
                            ("parked", pa.bool_()), ("attempts", pa.int64())]
 SKIPPED_TYPE = pa.list_(pa.struct([("first_missing", pa.int64()), ("last_missing", pa.int64())]))

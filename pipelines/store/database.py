@@ -29,9 +29,10 @@ from pipelines.view import View
 
 # Names a view's table may not take: the engine's own tables, the temporary tables a pass creates on
 # the same connection (they would shadow a view table of that name), and the PostgreSQL publication's.
-ENGINE_TABLE_NAMES = frozenset({"ingest_log", "ingest_streams", *STATE_TABLES})
+ENGINE_TABLE_NAMES = frozenset({"ingest_log", "ingest_streams", "ingest_seq_ranges", *STATE_TABLES})
 TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_limits", "pass_streams",
-                              "pass_prev", "pass_out", "inorder_ingested", "pass_watermarks", "pass_skipped"})
+                              "pass_prev", "pass_out", "inorder_ingested", "pass_watermarks", "pass_skipped",
+                              "pass_resent", "pass_resent_seqs", "pass_walked"})
 RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
 
 
@@ -234,6 +235,20 @@ def _fill_in_stream_types(con: duckdb.DuckDBPyConnection, home: Home) -> None:
                    WHERE l.entry_idx = m.entry_idx AND l.stream_types IS NULL""", [files])
 
 
+def _fill_in_seq_ranges(con: duckdb.DuckDBPyConnection, home: Home) -> None:
+    """Archived batches without `ingest_seq_ranges` rows (a store made before they were recorded) get them
+    from the archive, once: the copies of a message they hold must be found like any other batch's."""
+    entries = [r[0] for r in con.execute(
+        "SELECT l.entry_idx FROM inorder.ingest_log l WHERE l.kind = 'batch' AND l.status = 'archived' "
+        "AND l.normalised > 0 AND l.entry_idx NOT IN (SELECT r.entry_idx FROM inorder.ingest_seq_ranges r)"
+    ).fetchall()]
+    files = [str(home.archived(i)) for i in entries if home.archived(i).exists()]
+    if files:
+        con.execute("INSERT INTO inorder.ingest_seq_ranges (entry_idx, stream_id, min_seq, max_seq) "
+                    "SELECT a.entry_idx, a.stream_id, min(a.seq), max(a.seq) FROM read_parquet(?) a GROUP BY ALL",
+                    [files])
+
+
 class Store:
     """A connection to the read store, holding the writer lock for its lifetime."""
 
@@ -265,6 +280,7 @@ class Store:
                 drop_primary_key(con, "inorder", table)
             versions = reconcile(con, views)
             _fill_in_stream_types(con, home)
+            _fill_in_seq_ranges(con, home)
         except BaseException:
             os.close(lock_fd)
             raise

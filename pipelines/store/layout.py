@@ -32,6 +32,11 @@ CREATE SEQUENCE IF NOT EXISTS inorder.error_ids;
 CREATE TABLE IF NOT EXISTS inorder.ingest_streams (
     entry_idx BIGINT NOT NULL, stream_type VARCHAR NOT NULL, streams BIGINT NOT NULL, sketch UBIGINT[] NOT NULL,
     PRIMARY KEY (entry_idx, stream_type));
+-- added later (stores made before it are filled in from the archive at a writer's open): each archived batch's
+-- seq range per stream, so that a pass finds the copy walked at a seq its messages resend by reading only the
+-- archived batches that hold it (pipelines/engine/inputs.py, `pass_walked`)
+CREATE TABLE IF NOT EXISTS inorder.ingest_seq_ranges (
+    entry_idx BIGINT NOT NULL, stream_id VARCHAR NOT NULL, min_seq BIGINT NOT NULL, max_seq BIGINT NOT NULL);
 """
 
 # The views' projection state, per view (watermarks and pending carry no PRIMARY KEY: a commit deletes
