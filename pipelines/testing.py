@@ -69,7 +69,7 @@ class ReplayResult:
     errors: list[dict]
     gaps: list[dict] = field(default_factory=list)
     watermarks: dict[str, dict] = field(default_factory=dict)  # stream_id -> last_seq, parked, pending_count…
-    counts: dict[str, int] = field(default_factory=dict)  # selected, applied, ignored, handler_error…
+    counts: dict[str, int] = field(default_factory=dict)  # selected, applied, ignored, handler_error… pending
 
     @property
     def parked(self) -> list[str]:
@@ -270,10 +270,13 @@ class Replay:
     @property
     def result(self) -> ReplayResult:
         """The view's tables, logs, watermarks and counts after the runs so far (a copy)."""
+        # the messages still buffered complete CONCEPTS §3's identity (selected = the outcomes + pending); like
+        # every outcome, counted only when there are some
+        pending = sum(w["pending_count"] for w in self.state.watermarks.values())
         return ReplayResult(tables={name: [Row(r) for r in rows] for name, rows in self.state.tables().items()},
                             errors=list(self.errors), gaps=list(self.gaps),
                             watermarks={sid: dict(w) for sid, w in self.state.watermarks.items()},
-                            counts=dict(self.counts))
+                            counts={**self.counts, **({"pending": pending} if pending else {})})
 
 
 def replay(view: View, records: Iterable[Any] | Stream | Scenario, now: datetime | None = None,

@@ -143,6 +143,9 @@ def test_replay_takes_a_scenario_and_its_disorder_duplicates_and_gaps_play_out_a
     assert resent.tables == plain.tables and resent.counts == {**plain.counts, "selected": 8, "duplicate": 2}
     gap = replay(ORDERS, scenario(one, two).dropping("ord-2", 2), now=T0)
     assert gap.watermarks["ord-2"]["last_seq"] == 1 and gap.watermarks["ord-2"]["pending_count"] == 1
+    # CONCEPTS §3 in the counts, as docs/VIEWS.md says: what is selected is an outcome or still pending
+    assert gap.counts["pending"] == 1 and "pending" not in plain.counts
+    assert gap.counts["selected"] == sum(n for outcome, n in gap.counts.items() if outcome not in ("selected", "gaps_skipped"))
     assert [(r.order_id, r.item_count) for r in gap.rows(ORDERS_TABLE)] == [("ord-1", 2), ("ord-2", 0)]
     # streams and raw records mix in one batch
     assert replay(ORDERS, [one, *two.records()], now=T0).tables == plain.tables
