@@ -70,7 +70,18 @@ def _import(name: str) -> ModuleType:
         return importlib.import_module(name)
     except Exception as exc:  # the user's code: say which module and why, in one line
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ViewDeclarationError(f"cannot import view module {name!r}: {type(exc).__name__}: {detail}") from exc
+        raise ViewDeclarationError(f"cannot import view module {name!r}: {type(exc).__name__}: {detail}"
+                                   + _not_on_the_path_hint(name, exc)) from exc
+
+
+def _not_on_the_path_hint(name: str, exc: Exception) -> str:
+    """The way forward when the view module itself (not something it imports) is not found: Python looks for it
+    on PYTHONPATH and in the current folder, and a new shell has neither set as the one that worked."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name or not name.startswith(exc.name):
+        return ""
+    return (f" (Python finds view modules on PYTHONPATH: export PYTHONPATH=<the folder that holds "
+            f"{exc.name.split('.')[0]}>, or run inorder from that folder; `inorder init --views {name}` records "
+            "the modules in the home, so that a new shell needs only INORDER_HOME and PYTHONPATH)")
 
 
 def _modules(name: str) -> list[ModuleType]:

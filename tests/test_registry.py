@@ -138,8 +138,12 @@ def test_an_expectation_on_a_missing_table_or_column_is_refused(user_root, expec
 
 
 def test_a_module_that_fails_to_import_or_holds_no_view_is_refused(user_root):
-    assert "cannot import view module 'no_such_module_here'" in str(
-        pytest.raises(ViewDeclarationError, load_views, "no_such_module_here").value)
+    missing = str(pytest.raises(ViewDeclarationError, load_views, "no_such_module_here").value)
+    assert "cannot import view module 'no_such_module_here'" in missing and "\n" not in missing
+    assert "export PYTHONPATH=<the folder that holds no_such_module_here>" in missing  # issue 33, item 7
+    assert "`inorder init --views no_such_module_here`" in missing
+    # a module that is found but imports a missing one is the author's code to fix, not the path
+    assert "PYTHONPATH" not in refusal(user_root, "import no_such_dependency_here\n")
     assert "ZeroDivisionError" in refusal(user_root, "x = 1 / 0\n")
     assert "no View is defined" in refusal(user_root, "x = 1\n")
 
