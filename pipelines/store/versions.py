@@ -446,10 +446,13 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
                         if column not in old[table.name]:
                             con.execute(f'ALTER TABLE {layout.table(table.name)} ADD COLUMN "{column}" {sql_type}')
                 record(con, view, layout)
-    for view in views:  # a store made before modules were recorded learns them; a view moved, its new one
+    # a store made before modules were recorded learns them; a module once recorded changes only with the view's
+    # record (`record`, in the transaction of the view's change or rebuild), so that a command killed after its
+    # open leaves the store as it was (the crash sweep's rebuild with another INORDER_VIEWS)
+    for view in views:
         if view.module is not None:
-            con.execute(f"UPDATE {layout.state}.view_versions SET module = ? WHERE view = ? AND module IS DISTINCT "
-                        "FROM ?", [view.module, view.name, view.module])
+            con.execute(f"UPDATE {layout.state}.view_versions SET module = ? WHERE view = ? AND module IS NULL",
+                        [view.module, view.name])
     versions = read_versions(con, views, layout)
     for view in views:
         if not versions[view.name].refused:  # (re)create a table dropped by hand; a refused view stays as it is
