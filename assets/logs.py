@@ -31,7 +31,8 @@ def log_specs(views: Sequence[View]) -> list[dg.AssetSpec]:
         dg.AssetSpec("errors", deps=["event_batches", *names], group_name="logs", kinds={"duckdb"}, skippable=True,
                      metadata=ERRORS_SCHEMA,
                      description="inorder.errors: malformed records, handler errors, late messages, conflicts; "
-                                 "and the rejected batch files of the ingest log."),
+                                 "and the rejected batch files of the ingest log. Malformed rows a re-ingest "
+                                 "superseded are counted apart (superseded_malformed)."),
         dg.AssetSpec("gaps", deps=names, group_name="logs", kinds={"duckdb"}, skippable=True, metadata=GAPS_SCHEMA,
                      description="inorder.gaps: every skipped range of seqs, with how long it was waited for and why."),
     ]
@@ -42,19 +43,22 @@ def _counts(store: Store, sql: str) -> dict[str, int]:
 
 
 def errors_metadata(store: Store) -> dict:
-    by_kind = _counts(store, "SELECT kind, count(*) FROM inorder.errors GROUP BY ALL ORDER BY 1")
-    by_view_kind = _counts(store, "SELECT coalesce(view, '(ingest)') || ' / ' || kind, count(*) "
-                                  "FROM inorder.errors GROUP BY ALL ORDER BY 1")
+    """The counts `inorder errors` gives: the malformed rows a re-ingest superseded are counted apart."""
+    counting = "FROM inorder.errors WHERE superseded_by IS NULL GROUP BY ALL ORDER BY 1"
+    by_kind = _counts(store, f"SELECT kind, count(*) {counting}")
+    by_view_kind = _counts(store, f"SELECT coalesce(view, '(ingest)') || ' / ' || kind, count(*) {counting}")
+    superseded = store.con.execute("SELECT count(superseded_by) FROM inorder.errors").fetchone()[0]
     rejected = store.con.execute("SELECT batch_id, reason FROM inorder.ingest_log WHERE status = 'rejected' "
                                  "ORDER BY entry_idx").fetchall()
     return {
         "total": dg.MetadataValue.int(sum(by_kind.values())),
         **{f"kind/{kind}": dg.MetadataValue.int(n) for kind, n in by_kind.items()},
         "by_view_and_kind": dg.MetadataValue.json(by_view_kind),
+        "superseded_malformed": dg.MetadataValue.int(superseded),
         "rejected_batches": dg.MetadataValue.int(len(rejected)),
         "rejected": dg.MetadataValue.md("\n".join(f"- `{b}`: {r}" for b, r in rejected) or "none"),
         "newest_errors": dg.MetadataValue.md(newest_errors(store.con, limit=20)),
-        "dagster/row_count": dg.MetadataValue.int(sum(by_kind.values())),
+        "dagster/row_count": dg.MetadataValue.int(sum(by_kind.values()) + superseded),  # the table's rows
     }
 
 

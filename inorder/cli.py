@@ -368,10 +368,13 @@ def cmd_errors(args: argparse.Namespace) -> None:
         if args.batch is not None and not store.con.execute(
                 "SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?", [args.batch]).fetchone()[0]:
             raise LookupError(f"no batch {args.batch!r} in the ingest log (`inorder status` lists the batches)")
-        log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit)
-    _print_listing(args, {"total": log.total}, "errors", log.newest, ERROR_HEADER,
-                   f"{plural(log.total, 'error log row')} (a parked message logs one per failed attempt)",
-                   "newest first")
+        log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit, args.superseded)
+    summary = f"{plural(log.total, 'error log row')} (a parked message logs one per failed attempt)"
+    if log.superseded:
+        summary += (f"; {plural(log.superseded, 'malformed row')} a re-ingest superseded "
+                    + ("among them" if args.superseded else "left out (--superseded lists them)"))
+    _print_listing(args, {"total": log.total, "superseded": log.superseded}, "errors", log.newest, ERROR_HEADER,
+                   summary, "newest first")
 
 
 def cmd_pending(args: argparse.Namespace) -> None:
@@ -598,6 +601,8 @@ def _reading_commands(command, as_json: dict) -> None:
     e.add_argument("--since", type=_iso_time, metavar="ISO8601",
                    help="only errors logged at or after this logical time")
     e.add_argument("--limit", type=_count, default=100, help="show at most this many (default 100)")
+    e.add_argument("--superseded", action="store_true",
+                   help="also list the malformed rows a re-ingest superseded (left out by default)")
     e.add_argument("--json", **as_json)
     e.set_defaults(func=cmd_errors)
     n = command("pending", help="blocked and parked streams, oldest blocked first")

@@ -189,12 +189,12 @@ def test_status_json_says_where_postgresql_stands(shop, postgres):
 def test_errors_newest_first_with_filters_a_header_and_a_total(shop):
     home, env, _ = shop
     every = as_json(env, "errors", "--limit", "100000")
-    assert set(every) == {"total", "errors"}
+    assert set(every) == {"total", "superseded", "errors"} and every["superseded"] == 0  # no re-ingest here
     stored = store_rows(home, "SELECT error_id, kind, view, batch_id FROM inorder.errors ORDER BY error_id DESC")
     assert every["total"] == len(stored) > 0
     assert [(e["error_id"], e["kind"], e["view"], e["batch_id"]) for e in every["errors"]] == stored
     assert set(every["errors"][0]) == {"error_id", "kind", "error_class", "view", "stream_id", "seq", "event_type",
-                                       "batch_id", "line", "logged_at", "reason"}
+                                       "batch_id", "line", "logged_at", "reason", "superseded_by"}
 
     of_batch = as_json(env, "errors", "--batch", "batch-00002", "--kind", "handler_error", "--view", "orders")
     assert of_batch["total"] == sum(1 for _, kind, view, batch in stored
@@ -202,7 +202,7 @@ def test_errors_newest_first_with_filters_a_header_and_a_total(shop):
     assert {(e["kind"], e["view"], e["batch_id"]) for e in of_batch["errors"]} == {
         ("handler_error", "orders", "batch-00002")}
     assert as_json(env, "errors", "--since", NOW)["total"] == len(stored)  # every error was logged at NOW
-    assert as_json(env, "errors", "--since", "2026-11-02T00:00:01Z") == {"total": 0, "errors": []}
+    assert as_json(env, "errors", "--since", "2026-11-02T00:00:01Z") == {"total": 0, "superseded": 0, "errors": []}
 
     text = inorder(env, "errors", "--limit", "3").stdout.splitlines()
     assert text[0].split() == ["id", "kind", "view", "stream", "seq", "batch:line", "logged", "at", "reason"]

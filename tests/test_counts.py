@@ -2,10 +2,12 @@
 materialisation metadata give the same numbers for the same things, on one real store built by
 `inorder run` (Spark, through Dagster): the bank's views and tests/counts_views.py's `audit` over a
 few accounts with a business refusal, a bug (retried once, so it logs two rows), a gap that blocks
-the stream in every view, and a landing file that cannot be read."""
+the stream in every view, a landing file that cannot be read, and records malformed until `source.json` is
+fixed, then re-ingested."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -14,7 +16,7 @@ import dagster as dg
 import pytest
 
 from tests.builders import dep, msg, opened, wd
-from tests.test_cli_scripting import as_json, environment, inorder
+from tests.test_cli_scripting import as_json, environment, inorder, store_rows
 
 REPO = Path(__file__).resolve().parents[1]
 VIEWS = ("accounts", "account_activity", "daily_totals", "audit")
@@ -23,6 +25,17 @@ FIRST = [opened("acct-1"), dep("acct-1", 2, 50), wd("acct-1", 3, 500),  # insuff
          opened("acct-3"), dep("acct-3", 2, 5000), dep("acct-3", 3, 5),  # a bug in audit: parked there
          opened("acct-4"), dep("acct-4", 2, "abc")]  # not an amount: a reject in every view
 SECOND = [opened("acct-5"), msg("acct-5", 2, "Deposited", amount=7)]
+# acct-1's next deposits in a second feed's shape (`account`, `n`): malformed until source.json maps that shape,
+# then re-ingested; and a line no mapping reads, malformed again by the re-ingest
+FIXED_MAPPING = {"stream_id": "account", "seq": "n"}
+
+
+def second_shape(line: str) -> str:
+    record = json.loads(line)
+    return json.dumps({"account": record.pop("stream_id"), "n": record.pop("seq"), **record})
+
+
+OTHER_SHAPE = [second_shape(dep("acct-1", seq, 1)) for seq in (4, 5, 6)] + ["{not json"]
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +45,17 @@ def scenario(tmp_path_factory):
     env = {**environment(home), "INORDER_VIEWS": "views,tests.counts_views",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     inorder(env, "init", str(home))
-    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in FIRST))
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in FIRST + OTHER_SHAPE))
     (home / "landing" / "broken.parquet").write_bytes(b"not parquet at all")
     inorder(env, "run", "--now", "2026-11-02T00:00:00Z")
     retried = inorder(env, "retry", "--view", "audit", "--all").stdout  # the bug is still there: a second error row
     assert retried.splitlines() == [
         "retry of 1 parked stream of audit committed: 1 stream parked again: the retried message failed again "
         "(acct-3 seq 2, attempt 2; `inorder errors --view audit --kind handler_error` says why)"]
-    (home / "landing" / "b2.jsonl").write_text("".join(line + "\n" for line in SECOND))
+    (home / "source.json").write_text(json.dumps(FIXED_MAPPING))
+    reingested = inorder(env, "reingest", "b1", "--now", "2026-11-02T00:00:30Z").stdout
+    assert reingested.startswith("re-ingested b1@reingest-4 (entry 4, superseding entry 1): 4 records, 1 malformed")
+    (home / "landing" / "b2.jsonl").write_text("".join(second_shape(line) + "\n" for line in SECOND))
     inorder(env, "run", "--now", "2026-11-02T00:01:00Z")  # its metadata holds the totals after the retry
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     metadata = {}
@@ -90,6 +106,37 @@ def test_status_pending_errors_and_the_dagster_metadata_agree(scenario):
     assert logged["total"] == metadata["errors"]["total"] == sum(
         n for v in status["views"] for n in v["errors_by_kind"].values()) + metadata["errors"].get("kind/malformed", 0)
     assert metadata["errors"]["rejected_batches"] == len(status["rejected"])
+
+
+def test_after_a_reingest_status_errors_the_ledger_and_the_errors_asset_count_the_same_malformed(scenario):
+    """Issue 33 finding 5, issue 36 item 3: the re-ingest supersedes b1's 4 malformed rows (its 3 lines now
+    delivered, and `{not json`, logged again under the re-ingest), and logs none of the 10 lines b1 delivered,
+    which the new mapping cannot read."""
+    env, status, metadata = scenario
+    home = Path(env["INORDER_HOME"])
+    ((_, again, carried),) = [tuple(r.values()) for r in status["reingested"]]
+    counted = as_json(env, "errors", "--kind", "malformed", "--limit", "100000")
+    assert status["malformed"] == counted["total"] == len(counted["errors"]) == 1
+    assert metadata["errors"]["kind/malformed"] == counted["total"]
+    assert counted["superseded"] == metadata["errors"]["superseded_malformed"] == 4
+    assert [(e["batch_id"], e["line"], e["superseded_by"]) for e in counted["errors"]] == [(again, 14, None)]
+    every = as_json(env, "errors", "--kind", "malformed", "--superseded", "--limit", "100000")
+    assert (every["total"], every["superseded"]) == (5, 4)
+    assert sorted((e["batch_id"], e["line"], e["superseded_by"]) for e in every["errors"]) == [
+        ("b1", line, again) for line in (11, 12, 13, 14)] + [(again, 14, None)]
+    said = inorder(env, "errors", "--kind", "malformed").stdout.splitlines()[-1]
+    assert said.startswith("1 error log row (a parked message logs one per failed attempt); 4 malformed rows a "
+                           "re-ingest superseded left out (--superseded lists them)"), said
+    # the ledger: each batch's newest entry counts, and each view's ledger rows agree with the ingest log
+    newest = store_rows(home, "SELECT batch_id, records, malformed FROM inorder.ingest_log WHERE kind = 'batch' "
+                              "AND status = 'archived' AND entry_idx NOT IN (SELECT reingest_of FROM "
+                              "inorder.ingest_log WHERE reingest_of IS NOT NULL) ORDER BY entry_idx")
+    assert newest == [(again, carried, 1), ("b2", 2, 0)]
+    assert sum(malformed for _, _, malformed in newest) == status["malformed"]
+    ledger = "SELECT DISTINCT batch_id, malformed FROM inorder.batches WHERE kind = 'batch' ORDER BY ALL"
+    assert store_rows(home, ledger) == [
+        ("b1", 4), (again, 1), ("b2", 0)]
+    assert status["records"] == len(FIRST + OTHER_SHAPE) + len(SECOND) and carried == len(OTHER_SHAPE)
 
 
 def test_a_run_whose_checks_failed_is_tagged_so_it_does_not_look_plain_green(scenario):

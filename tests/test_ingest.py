@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -121,3 +123,43 @@ def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path
     assert all("control character or '...'" in r.reason for r in results)
     through_dagster_path = ingest_batch(home, BANK_VIEWS, keys[2])
     assert (through_dagster_path.batch_id, through_dagster_path.status) == (keys[2], "rejected")
+
+
+def test_a_reingest_supersedes_the_malformed_rows_of_its_lines_and_never_logs_delivered_ones(tmp_path):
+    """Issue 33 finding 5, issue 36 item 3: after a re-ingest, `status`, `inorder errors` and the `errors` asset
+    count the same malformed records. The lines the new mapping reads again are the undelivered ones only: the
+    delivered `a` lines, malformed under the new mapping, are not logged again."""
+    from assets.logs import errors_metadata
+    from pipelines.engine.ingest import reingest
+    from pipelines.observe.status import read_errors, read_status
+
+    home = Home(tmp_path / "home").ensure()
+    other_shape = [json.dumps({"account": "b", "n": n, "type": "Deposited", "payload": {"amount": 1}})
+                   for n in (1, 2, 3)]
+    (home.landing / "b1.jsonl").write_text("\n".join([opened("a"), dep("a", 2, 5), *other_shape, "{oops"]) + "\n")
+    (home.landing / "b2.jsonl").write_text("{never fixed\n")
+    fixed = SourceMapping(stream_id="account", seq="n")
+    with Store.open(home, BANK_VIEWS) as store:
+        ingest_landing(store, home, SourceMapping(), T)
+        assert read_errors(store.con, kind="malformed").total == 5
+        (again,) = reingest(store, home, fixed, {"account"}, ["b1"], T + 1)
+        assert (again.batch_id, again.records, again.malformed) == ("b1@reingest-3", 4, 1)  # {oops is still bad
+
+    def counts() -> tuple[int, int, int, int]:
+        with Store.open(home, BANK_VIEWS) as store:
+            log = read_errors(store.con, kind="malformed")
+            asset = errors_metadata(store)["kind/malformed"].value
+            return read_status(store.con, BANK_VIEWS).malformed, log.total, asset, log.superseded
+
+    assert counts() == (2, 2, 2, 4)  # b1's {oops as logged by the re-ingest, and b2's line
+    with Store.open(home, BANK_VIEWS) as store:
+        marked = store.con.execute("SELECT batch_id, line, superseded_by FROM inorder.errors "
+                                   "WHERE kind = 'malformed' ORDER BY error_id").fetchall()
+        listed = read_errors(store.con, kind="malformed", superseded=True)
+    assert marked == [("b1", 3, "b1@reingest-3"), ("b1", 4, "b1@reingest-3"), ("b1", 5, "b1@reingest-3"),
+                      ("b1", 6, "b1@reingest-3"), ("b2", 1, None), ("b1@reingest-3", 6, None)]
+    assert (listed.total, listed.superseded, len(listed.newest)) == (6, 4, 6)
+    # a store whose re-ingest predates the marks gets them at a writer's open
+    with Store.open(home, BANK_VIEWS) as store:
+        store.con.execute("UPDATE inorder.errors SET superseded_by = NULL")
+    assert counts() == (2, 2, 2, 4)

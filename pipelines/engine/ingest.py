@@ -23,6 +23,7 @@ from pipelines.faults import crash_point
 from pipelines.engine.normalise import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from pipelines.engine.planning import SKETCH_SQL
 from pipelines.store.database import Home, Store, utc_from_us
+from pipelines.store.layout import mark_superseded_malformed
 
 
 _PARALLEL_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
@@ -199,6 +200,8 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
                 "INSERT INTO inorder.errors (kind, batch_id, line, raw, reason, logged_at, entry_idx) "
                 "VALUES ('malformed', ?, ?, ?, ?, ?, ?)",
                 [[batch_id, line, raw, why, utc_from_us(t_us), entry_idx] for line, raw, why in batch.malformed])
+        if reingest_of is not None:
+            mark_superseded_malformed(con, entry_idx)
     crash_point("ingest.registered")
     return IngestResult(entry_idx, batch_id, "archived", batch.records, len(batch.malformed), bytes=size,
                         stream_types=types, reingest_of=reingest_of)

@@ -146,33 +146,41 @@ class ErrorRow(NamedTuple):
     line: int | None
     logged_at: datetime | None  # the logical time of the batch (or tick) that logged it
     reason: str
+    superseded_by: str | None  # a malformed row: the re-ingest that inspected its line again (it counts there)
 
     def cells(self) -> tuple:
         """The row under ERROR_HEADER."""
+        superseded = f" (superseded by {self.superseded_by})" if self.superseded_by else ""
         return (self.error_id, self.kind, self.view, self.stream_id, self.seq, f"{self.batch_id}:{self.line}",
-                _iso(self.logged_at), self.reason)
+                _iso(self.logged_at), self.reason + superseded)
 
 
 ERROR_HEADER = ("id", "kind", "view", "stream", "seq", "batch:line", "logged at", "reason")
 
 
 class ErrorLog(NamedTuple):
-    total: int  # rows matching the filters
+    total: int  # rows matching the filters (with `superseded`, the superseded ones among them)
     newest: list[ErrorRow]  # the newest of them, newest first, at most `limit`
+    superseded: int  # malformed rows matching the filters that a re-ingest superseded (left out unless asked)
 
 
 def read_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, kind: str | None = None,
-                batch_id: str | None = None, since: datetime | None = None, limit: int = 100) -> ErrorLog:
-    """The error log, newest first, filtered by view, kind, batch and logged_at >= `since`."""
+                batch_id: str | None = None, since: datetime | None = None, limit: int = 100,
+                superseded: bool = False) -> ErrorLog:
+    """The error log, newest first, filtered by view, kind, batch and logged_at >= `since`. The malformed rows
+    a re-ingest superseded no longer count (`status` counts their lines under the re-ingest): they are left
+    out, and counted apart, unless `superseded` asks for them."""
     where = ("(? IS NULL OR view = ?) AND (? IS NULL OR kind = ?) AND (? IS NULL OR batch_id = ?) "
              "AND (?::TIMESTAMPTZ IS NULL OR logged_at >= ?::TIMESTAMPTZ)")
     params = [view, view, kind, kind, batch_id, batch_id, since, since]
-    total = con.execute(f"SELECT count(*) FROM inorder.errors WHERE {where}", params).fetchone()[0]
+    counting, hidden = con.execute(
+        "SELECT count(*) FILTER (WHERE superseded_by IS NULL), count(superseded_by) "
+        f"FROM inorder.errors WHERE {where}", params).fetchone()
     rows = con.execute(
         "SELECT error_id, kind, error_class, view, stream_id, seq, event_type, batch_id, line, logged_at, "
-        f"coalesce(reason, message, '') FROM inorder.errors WHERE {where} ORDER BY error_id DESC LIMIT ?",
-        [*params, limit]).fetchall()
-    return ErrorLog(total, [ErrorRow(*row) for row in rows])
+        f"coalesce(reason, message, ''), superseded_by FROM inorder.errors WHERE {where} "
+        "AND (? OR superseded_by IS NULL) ORDER BY error_id DESC LIMIT ?", [*params, superseded, limit]).fetchall()
+    return ErrorLog(counting + hidden if superseded else counting, [ErrorRow(*row) for row in rows], hidden)
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -22,7 +22,8 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from pipelines.faults import crash_point
-from pipelines.store.layout import ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key, transaction
+from pipelines.store.layout import (ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key,
+                                    mark_superseded_malformed, transaction)
 from pipelines.store.versions import ViewVersion, check_view_set, reconcile
 from pipelines.view import View
 
@@ -281,6 +282,7 @@ class Store:
             versions = reconcile(con, views)
             _fill_in_stream_types(con, home)
             _fill_in_seq_ranges(con, home)
+            mark_superseded_malformed(con)  # a store whose re-ingests predate the marks
         except BaseException:
             os.close(lock_fd)
             raise

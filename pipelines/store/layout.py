@@ -109,6 +109,9 @@ ERRORS_COLUMNS = (
     # each handler_error row's class (reject: the handler refused the message; bug: any other exception) and attempt
     LogColumn("error_class", "VARCHAR", "reject (business refusal) or bug", added=True),
     LogColumn("attempt", "BIGINT", "1, 2, … for a parked message retried", added=True),
+    # a malformed row stops counting once a re-ingest inspected its line again (pipelines/engine/ingest.py)
+    LogColumn("superseded_by", "VARCHAR", "a malformed row: the re-ingest (its batch id) that inspected the line "
+              "again; the line counts there, delivered or malformed anew", added=True),
 )
 GAPS_COLUMNS = (
     LogColumn("view", "VARCHAR", "the view", "NOT NULL"),
@@ -124,6 +127,16 @@ GAPS_COLUMNS = (
               "GENERATED ALWAYS AS (waited_seconds) VIRTUAL"),
 )
 LOG_COLUMNS = {"errors": ERRORS_COLUMNS, "gaps": GAPS_COLUMNS}
+
+
+def mark_superseded_malformed(con: Any, reingest_entry: int | None = None) -> None:
+    """Mark the malformed rows of each entry a re-ingest superseded (of the re-ingest `reingest_entry`, or of
+    every re-ingest: a store made before rows were marked) with the re-ingest's batch id. The re-ingest
+    inspected those lines again, so they count there: `status` counts a batch's newest entry, and
+    `inorder errors` and the `errors` asset leave marked rows out."""
+    con.execute("UPDATE inorder.errors e SET superseded_by = r.batch_id FROM inorder.ingest_log r "
+                "WHERE r.reingest_of = e.entry_idx AND e.kind = 'malformed' AND e.superseded_by IS NULL "
+                "AND (?::BIGINT IS NULL OR r.entry_idx = ?)", [reingest_entry, reingest_entry])
 
 
 def log_ddl(table: str, columns: tuple[LogColumn, ...]) -> str:
