@@ -19,6 +19,17 @@ VIEW_CHECKS = {c.name for c in view_checks(TICK_INTERVAL)}
 BATCH = [opened("acct-1"), dep("acct-1", 2, 5000), opened("acct-2"), dep("acct-2", 2, 5000)]
 
 
+def _cli_home(monkeypatch, home, views: str):
+    """A new home made by `inorder init`, for commands run in this process with only its INORDER_HOME and
+    INORDER_VIEWS set (no other INORDER_ or Dagster setting of the test run's)."""
+    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("INORDER_HOME", str(home))
+    monkeypatch.setenv("INORDER_VIEWS", views)
+    assert main(["init", str(home)]) == 0
+    return home
+
+
 def _run_of(instance: dg.DagsterInstance, job: str) -> dg.DagsterRun:
     (run,) = instance.get_runs(dg.RunsFilter(job_name=job))
     return run
@@ -38,12 +49,7 @@ def _materialized(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict]:
 
 def test_retry_skip_and_publish_are_runs_of_the_homes_instance_followed_by_their_checks(
         spark, postgres, tmp_path, monkeypatch, capsys):
-    home = tmp_path / "home"
-    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("INORDER_HOME", str(home))
-    monkeypatch.setenv("INORDER_VIEWS", "tests.counts_views")
-    assert main(["init", str(home)]) == 0
+    home = _cli_home(monkeypatch, tmp_path / "home", "tests.counts_views")
     (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in BATCH))
     assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
     capsys.readouterr()
@@ -98,11 +104,7 @@ def test_a_run_failed_by_a_bug_under_on_bug_fail_names_its_cause_in_one_line(spa
     code.mkdir()
     (code / "failing_audit.py").write_text(FAILING_AUDIT)
     monkeypatch.syspath_prepend(str(code))
-    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("INORDER_HOME", str(home))
-    monkeypatch.setenv("INORDER_VIEWS", "failing_audit")
-    assert main(["init", str(home)]) == 0
+    _cli_home(monkeypatch, home, "failing_audit")
     (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in BATCH))
     capsys.readouterr()
     assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 1
