@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from pyspark.sql import DataFrame, SparkSession
+from typing import TYPE_CHECKING, Iterable
 
 from pipelines.view import View
+
+if TYPE_CHECKING:  # the readers (`status`, `errors`, `checks`) import this module for its counts, not Spark
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def subscriptions(views: Iterable[View]) -> list[tuple[str, str]]:
