@@ -32,3 +32,16 @@ def batch(n, t, *lines):
 
 def tick(n, t):
     return Entry("tick", f"tick-{n}", T0 + t)
+
+
+# Gap timers falling due inside a pass of several entries (the bank's views wait 600 s): x, y and z block at 0, 200
+# and 400 s, each missing its seq 2; the next three entries, at 600, 800 and 1000 s, bring only w, and each finds
+# one timer due, exactly at its gap_timeout: x's at the first, y's at the middle one, z's at the last.
+TIMERS_DUE_IN_A_PASS = [
+    batch(1, 0, opened("x"), dep("x", 3, 30)),
+    batch(2, 200, opened("y"), dep("y", 3, 30)),
+    batch(3, 400, opened("z"), dep("z", 3, 30), opened("w")),
+    batch(4, 600, dep("w", 2, 1)),
+    batch(5, 800, dep("w", 3, 1)),
+    batch(6, 1000, dep("w", 4, 1)),
+]

@@ -4,14 +4,15 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+import re
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.testing import replay
-from pipelines.view import Reject, Table, View
+from pipelines.view import DECIMAL, Column, Reject, Table, View
 
 KEYED = Table("things", {"thing_id": "VARCHAR", "n": "BIGINT"}, ("thing_id",), stream_key="thing_id")
 LOG = Table("log", {"thing_id": "VARCHAR", "pos": "BIGINT", "what": "VARCHAR"}, ("thing_id", "pos"),
@@ -257,3 +258,57 @@ def test_a_decimal_is_rounded_to_its_column_or_refused_as_the_reference_model_sa
         got = Reject
     scale = decimal_precision_scale(sql_type)[1]
     assert got == expected and (got is Reject or (got.is_finite() and got.as_tuple().exponent == -scale))
+
+
+@st.composite
+def carries(draw) -> tuple[Decimal, str]:
+    """(a value, a DECIMAL(p,s) type) whose rounding to s places carries: `lead` then nines, then a half (or a hair
+    under or over it) past the column's last place, so that half-up rounding carries through the nines into the
+    digit `places` above the last one kept, at every position up to one past the column's precision."""
+    precision = draw(st.integers(1, 38))
+    scale = draw(st.integers(0, precision))
+    lead, places = draw(st.integers(1, 9)), draw(st.integers(0, precision))
+    past = draw(st.sampled_from(["5", "4999999999", "5000000001"]))
+    sign = draw(st.sampled_from(["", "-"]))
+    return Decimal(f"{sign}{lead * 10 ** places - 1}.{past}E-{scale}"), f"DECIMAL({precision},{scale})"
+
+
+@given(case=carries())
+@settings(max_examples=300, deadline=None)
+def test_a_decimal_whose_rounding_carries_past_its_precision_is_a_reject_naming_the_column(case):
+    """Python's `decimal` at the column's precision is the judge: quantizing to the scale with `precision` digits
+    either gives the value the column holds or signals that it does not fit (99.995 -> 100.00 in DECIMAL(4,2)).
+    The row normaliser (its fast path and its converter) and the converter of keys and increments agree, and what
+    does not fit is a `Reject` naming the column, never another exception (a bug that parks the stream)."""
+    from pipelines.columns import column_converter, decimal_precision_scale, row_normaliser
+
+    value, sql_type = case
+    precision, scale = decimal_precision_scale(sql_type)
+    try:
+        expected = value.quantize(Decimal(1).scaleb(-scale),
+                                  context=Context(prec=precision, rounding=ROUND_HALF_UP, traps=[InvalidOperation]))
+    except InvalidOperation:
+        expected = None
+    normalise = row_normaliser("t", {"k": "VARCHAR", "v": sql_type}, ("k",))
+    for convert in (lambda v: normalise({"k": "x", "v": v})["v"], column_converter(sql_type, True, "t.v")):
+        if expected is None:
+            with pytest.raises(Reject, match=rf"^t\.v: .*{re.escape(sql_type)}$"):
+                convert(value)
+        else:
+            got = convert(value)
+            assert got == expected and got.as_tuple().exponent == -scale, (got, expected)
+
+
+def test_a_payload_that_rounds_past_its_column_is_refused_and_the_stream_goes_on():
+    """99.995 for a DECIMAL(4,2) column rounds to 100.00, which it cannot hold: the handler's save is a `Reject`
+    naming the column, `on_error` skips it, the stream is not parked, and the next message (9.995 -> 10.00) applies."""
+    fees = Table.per_stream("carry_fees", key="account_id", columns={"amount": Column(DECIMAL(4, 2))})
+    view = View(name="carry_fees", tables=(fees,), subscribes=("account",))
+    view.on("Charged")(lambda event, tables: tables.carry_fees.save(amount=event.payload["amount"]))
+    result = replay(view, [{"stream_id": "a1", "stream_type": "account", "seq": seq, "type": "Charged",
+                            "payload": {"amount": amount}} for seq, amount in enumerate((99.995, -99.995, 9.995), 1)])
+    assert [(e["seq"], e["error_class"], e["message"]) for e in result.errors] == [
+        (1, "reject", "carry_fees.amount: 99.995 is out of range for DECIMAL(4,2)"),
+        (2, "reject", "carry_fees.amount: -99.995 is out of range for DECIMAL(4,2)")]
+    assert result.parked == [] and result.watermarks["a1"]["last_seq"] == 3
+    assert result.rows(fees) == [{"account_id": "a1", "amount": Decimal("10.00")}]

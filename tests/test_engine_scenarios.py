@@ -15,9 +15,9 @@ import pytest
 
 from pipelines.engine.ingest import ingest_landing, record_entry
 from pipelines.engine.normalise import SourceMapping
-from pipelines.facade import project, rebuild, run
+from pipelines.facade import ingest_batch, project, project_views, rebuild, run
 from pipelines.store.database import Store, us_from_utc
-from tests.builders import T0, batch, dep, msg, opened, tick, wd
+from tests.builders import T0, TIMERS_DUE_IN_A_PASS, batch, dep, msg, opened, tick, wd
 from tests.harness import across_passes, assert_same_store, entry_time, fresh_home, read_store, run_entries, write_batch
 from tests.reference_model import Entry, run_model
 from tests.domains import BANK_VIEWS
@@ -202,6 +202,24 @@ def test_several_batches_in_one_pass_equal_one_at_a_time(spark, tmp_path):
         stats = project(spark, store, home, BANK_VIEWS, BANK_VIEWS, SourceMapping())
     assert (stats.passes, stats.entries) == (1, len(SCENARIO))
     assert across_passes(read_store(home, BANK_VIEWS)) == across_passes(read_store(one_by_one, BANK_VIEWS))
+
+
+def test_timers_due_inside_a_pass_of_several_entries_fire_at_their_entrys_time(spark, tmp_path):
+    """As Dagster does once several files have landed: each batch ingested at its own logical time (its ingest
+    asset), then the views projected once, the three entries in one pass. The buffers of the first pass fall due at
+    the first, a middle and the last entry of the second, which brings none of their streams: each gap is skipped
+    by the entry it falls due at, and the store is the model's, one entry at a time."""
+    home = fresh_home(tmp_path)
+    for first in (0, 3):
+        for entry in TIMERS_DUE_IN_A_PASS[first:first + 3]:
+            write_batch(home, entry)
+            ingest_batch(home, BANK_VIEWS, entry.batch_id, now=entry_time(entry))
+        stats = project_views(spark, home, BANK_VIEWS, BANK_VIEWS)
+        assert (stats.passes, stats.entries) == (1, 3)
+    store = read_store(home, BANK_VIEWS)
+    assert sorted((g["stream_id"], g["batch_id"]) for g in store["gaps"] if g["view"] == "accounts") == [
+        ("x", "b4"), ("y", "b5"), ("z", "b6")]
+    assert_same_store(across_passes(store), across_passes(run_model(TIMERS_DUE_IN_A_PASS, BANK_VIEWS)))
 
 
 @pytest.mark.parametrize("split", [[1, 1, 1, 1, 1, 1, 1, 1], [8], [3, 5], [2, 2, 4]])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pipelines.engine.normalise import SourceMapping
 from pipelines.testing import Replay
 from tests.memory_engine import HandlerBugFailure, ReplayEntry, ReplayedStore, replay_entries
-from tests.builders import T0, batch, dep, opened, wd
+from tests.builders import T0, TIMERS_DUE_IN_A_PASS, batch, dep, opened, wd
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
 from tests.harness import across_passes
 from tests.holds_views import HOLDS
@@ -236,6 +236,16 @@ def test_a_due_timeout_and_a_full_buffer_in_the_same_walk_skip_the_gap_as_a_time
     assert gap["waited_seconds"] == arrives_after
     (watermark,) = replayed.watermarks  # seq 5's gap starts its own timer, and one waiting is within max_pending
     assert (watermark["last_seq"], watermark["blocked_at"], watermark["pending_count"]) == (4, 5, 1)
+
+
+def test_timers_due_at_the_first_a_middle_and_the_last_entry_of_a_pass_fire_at_their_entrys_time():
+    """A pass of three entries (as a run that finds several batches) judges each buffer's timer at each entry's
+    logical time, as one entry per run would (the model): each gap is skipped by the entry it falls due at.
+    tests/test_engine_scenarios.py holds the same through Spark, with the state the driver loads."""
+    replayed = assert_replay_equals_model(BANK_VIEWS, TIMERS_DUE_IN_A_PASS, entries_per_pass=3)
+    assert sorted((g["view"], g["stream_id"], g["batch_id"]) for g in replayed.gaps) == [
+        (view.name, stream, batch_id) for view in sorted(BANK_VIEWS, key=lambda v: v.name)
+        for stream, batch_id in (("x", "b4"), ("y", "b5"), ("z", "b6"))]
 
 
 def test_a_second_copy_that_differs_only_in_occurred_at_or_event_id_is_a_conflict():

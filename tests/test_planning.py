@@ -81,6 +81,8 @@ def test_a_batch_over_the_bound_makes_a_pass_that_only_entries_adding_nothing_jo
                             PassBounds(records=4))
     assert [([e.entry_idx for e in p.entries], p.over(PassBounds(records=4))) for p in by_records] == [
         ([1, 3], True), ([6], False)]
+    at_both = PassBounds(records=5, pairs=100)  # a pass at its bounds is within them: no "over the bound" warning
+    assert [p.over(at_both) for p in cut_passes([batch(1, 5, accounts=ids(0, 100))], at_both)] == [False]
 
 
 def test_bounds_from_the_environment(monkeypatch):
@@ -121,6 +123,14 @@ def test_the_ingest_records_each_batchs_streams_and_plans_follow_them(tmp_path):
         assert planned(12) == [(["b1", "b2", "tick-4"], 12, False)]
         assert planned(11) == [(["b1"], 9, False), (["b2", "tick-4"], 6, False)]
         assert planned(8) == [(["b1"], 9, True), (["b2", "tick-4"], 6, False)]
+        # accounts committed b1 (projected alone, as its Dagster asset can be): b1 brings the other two views' 6
+        # pairs, within a bound of 6; b2 its 3 views' 6, and b1 and b2 together 10 (a and d in accounts)
+        store.con.execute("INSERT INTO inorder.batches (batch_id, view, entry_idx, kind, received_at) "
+                          "SELECT batch_id, 'accounts', entry_idx, kind, received_at FROM inorder.ingest_log "
+                          "WHERE batch_id = 'b1'")
+        assert planned(6) == [(["b1"], 6, False), (["b2", "tick-4"], 6, False)]
+        assert planned(10) == [(["b1", "b2", "tick-4"], 10, False)]
+        store.con.execute("DELETE FROM inorder.batches")
         # a store made before the ingest recorded streams: each record may be a stream of its own
         store.con.execute("DELETE FROM inorder.ingest_streams")
         assert planned(18) == [(["b1", "b2", "tick-4"], 18, False)]
@@ -131,16 +141,19 @@ def test_the_ingest_records_each_batchs_streams_and_plans_follow_them(tmp_path):
 
 def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spark, tmp_path, monkeypatch):
     """Two batches of 3 and 2 accounts for one view, at most 2 pairs a pass: two passes, the first a
-    batch over the bound by itself; together they project what one pass would."""
+    batch over the bound by itself; together they project what one pass would. Then the other view projects
+    them, at most 3 pairs a pass: the view that committed them adds nothing, so b1 is within the bound (no
+    warning) and b2 cuts a second pass."""
     from pipelines.facade import run
-    from views import accounts
+    from views import account_activity, accounts
 
     monkeypatch.setenv("INORDER_PASS_STREAMS", "2")
     home = Home(tmp_path / "home").ensure()
     (home.landing / "b1.jsonl").write_text("\n".join([opened("a"), opened("b"), opened("c")]) + "\n")
     (home.landing / "b2.jsonl").write_text("\n".join([dep("a", 2, 5), opened("d")]) + "\n")
     said: list[str] = []
-    report = run(spark, home, [accounts.VIEW], progress=said.append)
+    views = [accounts.VIEW, account_activity.VIEW]
+    report = run(spark, home, views, progress=said.append, selected=[accounts.VIEW])  # as its Dagster asset alone
     assert report.projection.passes == 2
     assert [line for line in said if "alone brings" in line] == [
         "pass 1/2: batch b1 alone brings about 3 (view, stream) pairs or more records than a pass takes "
@@ -148,3 +161,7 @@ def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spar
     with Store.open(home, [accounts.VIEW]) as store:
         assert store.con.execute("SELECT account_id, balance FROM accounts ORDER BY 1").fetchall() == [
             ("a", 5), ("b", 0), ("c", 0), ("d", 0)]
+    monkeypatch.setenv("INORDER_PASS_STREAMS", "3")
+    said.clear()
+    report = run(spark, home, views, progress=said.append)  # a tick, and account_activity's b1 and b2
+    assert report.projection.passes == 2 and not [line for line in said if "alone brings" in line], said

@@ -17,9 +17,9 @@ import duckdb
 import psycopg
 import pytest
 
-from pipelines.serve.publish import Publisher, ServeTarget, pg_type
+from pipelines.serve.publish import Publisher, ServeTarget, committed_positions, pg_type
 from pipelines.facade import rebuild, run
-from pipelines.store.database import Home
+from pipelines.store.database import Home, Store
 from demos.shop import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
 from tests.harness import entry_time, write_batch
@@ -94,6 +94,25 @@ def ticket_records(tickets: int, seed: int = 5) -> list[dict]:
             records.append({"stream_id": f"T-{t}", "stream_type": "ticket", "seq": seq, "type": kind,
                             "payload": payload, "occurred_at": moment.strftime("%Y-%m-%dT%H:%M:%SZ")})
     return records
+
+
+def test_the_publication_names_the_newest_entrys_batch_whatever_the_names_order(tmp_path, target):
+    """`inorder_published.batch_id` is the batch of the view's newest committed entry: ingested after `zz-first`,
+    `aa-second` is the newest though it sorts first, and then `mm-third`. No Spark: the ledger rows are written as
+    commits write them, and the publication reads them."""
+    orders = [v for v in SHOP_VIEWS if v.name == "orders"]
+    with Store.open(Home(tmp_path / "home").ensure(), orders) as store, Publisher(target) as publisher:
+        for entry_idx, batch_id in enumerate(("zz-first", "aa-second", "mm-third"), start=1):
+            store.con.execute("INSERT INTO inorder.batches (batch_id, view, entry_idx, kind, received_at) "
+                              "VALUES (?, 'orders', ?, 'batch', ?)", [batch_id, entry_idx, T0])
+            if entry_idx == 1:
+                continue  # the first two entries are published together
+            assert committed_positions(store.con, ["orders", "customers"]) == {"orders": (entry_idx, batch_id)}
+            (publication,) = publisher.publish(store.con, orders)
+            assert (publication.entry_idx, publication.batch_id) == (entry_idx, batch_id)
+            with psycopg.connect(target.dsn) as pg:
+                assert pg.execute(f"SELECT view, entry_idx, batch_id FROM {target.qualified('inorder_published')}"
+                                  ).fetchall() == [("orders", entry_idx, batch_id)]
 
 
 def test_every_run_publishes_exactly_duckdbs_views(spark, tmp_path, target, shop_batches):

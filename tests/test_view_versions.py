@@ -21,7 +21,7 @@ from pipelines.registry import load_views
 from pipelines.facade import project_views, rebuild, run
 from pipelines.observe.status import format_status, read_status
 from pipelines.store.database import Home, Store
-from pipelines.store.versions import compare, fingerprint, read_versions, table_declarations
+from pipelines.store.versions import compare, fingerprint, read_versions, record_projection, table_declarations
 from pipelines.view import Alerts, Thresholds, add_column, between
 from demos.shop import GeneratorConfig, generate
 from tests.harness import across_passes, assert_conserved, assert_same_store, fresh_home, read_store
@@ -115,6 +115,21 @@ def test_a_change_is_classified_and_named():
     assert compare(both, row).refused
 
 
+def test_the_mark_of_where_the_new_code_began_stays_put_over_later_passes(tmp_path):
+    """What a pass's commit records of a view projected by code other than what built its rows (no Spark): the
+    first pass's first batch, b3, stays the mark as two more passes commit, while the newest code is noted."""
+    home = fresh_home(tmp_path)
+    Store.open(home, shop_views("")).close()
+    changed = shop_views("handler")
+    with Store.open(home, changed) as store:
+        for entry_idx in (3, 5, 6):  # the first pass projected b3 and b4
+            record_projection(store.con, changed, {"orders": (entry_idx, f"b{entry_idx}")})
+            orders = read_versions(store.con, changed)["orders"]
+            assert (orders.newer, orders.since_entry, orders.since_batch) == (fingerprint(changed[-1]), 3, "b3")
+            assert "mixed code: rows before batch b3 were built by older code" in orders.describe()
+        assert all(read_versions(store.con, OTHERS)[v.name].matches for v in OTHERS)
+
+
 def test_a_migration_must_name_a_declared_nullable_column():
     with pytest.raises(ValueError, match="does not declare"):
         replace(ORIGINAL, migrations=(add_column("orders", "nope"),))
@@ -157,6 +172,8 @@ def versions(home: Home, views) -> dict:
 
 
 def test_a_changed_handler_goes_on_and_says_since_which_batch(spark, tmp_path, batches):
+    """The third batch, cut in four, is projected by the changed handler in three passes: its first two parts in
+    one, then one part each. The mark of where the new code began stays at the first part's batch."""
     home = fresh_home(tmp_path)
     for hour, batch in enumerate(batches[:2]):
         land_and_run(spark, home, shop_views(""), batch, hour)
@@ -164,15 +181,22 @@ def test_a_changed_handler_goes_on_and_says_since_which_batch(spark, tmp_path, b
     changed = shop_views("handler")
     before = versions(home, changed)["orders"]
     assert (before.change, before.newer) == ("code", None) and "built by older code" in before.describe()
-    stats = land_and_run(spark, home, changed, batches[2], 2).projection
-    assert stats.refused == {} and "orders" in stats.by_view  # it went on
-    after = versions(home, changed)
-    orders = after["orders"]
-    assert (orders.stored, orders.newer, orders.since_batch) == (fingerprint(ORIGINAL), fingerprint(changed[-1]),
-                                                                 batches[2].stem)
-    assert (f"mixed code: rows before batch {batches[2].stem} were built by older code ({fingerprint(ORIGINAL)}), "
-            "rows from it on by this code") in orders.describe() and not orders.matches
-    assert all(after[v.name].matches for v in OTHERS)
+    lines, parts = batches[2].read_text().splitlines(keepends=True), []
+    for n in range(4):  # written beside the home, landed pass by pass
+        parts.append(tmp_path / f"{batches[2].stem}-{n + 1}.jsonl")
+        parts[-1].write_text("".join(lines[n * len(lines) // 4:(n + 1) * len(lines) // 4]))
+    for i, landed in enumerate((parts[:2], parts[2:3], parts[3:])):
+        for part in landed:
+            shutil.copy(part, home.landing / part.name)
+        stats = run(spark, home, changed, now=T0 + timedelta(hours=2 + i)).projection
+        assert stats.refused == {} and "orders" in stats.by_view and stats.passes == 1  # it went on
+        after = versions(home, changed)
+        orders = after["orders"]
+        assert (orders.stored, orders.newer, orders.since_batch) == (fingerprint(ORIGINAL), fingerprint(changed[-1]),
+                                                                     parts[0].stem)
+        assert (f"mixed code: rows before batch {parts[0].stem} were built by older code ({fingerprint(ORIGINAL)}), "
+                "rows from it on by this code") in status_of(home, changed) and not orders.matches
+        assert all(after[v.name].matches for v in OTHERS)
     with Store.open_read_only(home) as store:  # the rows placed by batch 3 were built by the new handler
         placed = store.con.execute("SELECT count(*) FILTER (WHERE customer_id = upper(customer_id)), count(*) "
                                    "FROM orders").fetchone()

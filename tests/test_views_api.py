@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import sys
 import textwrap
 import warnings
@@ -20,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inorder import DECIMAL, INTEGER, Check, Column, Event, Reject, Table, View, replay
-from pipelines.store.versions import code_parts
+from pipelines.store.versions import code_parts, compare, fingerprint, table_declarations
 from pipelines.view import Expectation, HandlerRegistrationClosed, ViewDeprecation, between, in_set, not_null, unique
 
 
@@ -202,6 +203,45 @@ def test_the_expectations_suite_is_built_from_the_columns():
     assert len(failed) == 2 and any("balance" in f for f in failed) and any("status" in f for f in failed)
 
 
+# each rule of docs/VIEWS.md's table declared alone: (columns, the table's unique groups, the one rule it makes, rows
+# it keeps, a row that breaks it); values at an inclusive bound keep it, a bound not declared holds nothing back
+RULES_ALONE = {
+    "not_null": ({"n": Column(int, not_null=True)}, (), not_null("rules_alone", "n")[0], [(1,), (-5,)], (None,)),
+    "unique": ({"n": Column(int, unique=True)}, (), unique("rules_alone", "n"), [(1,), (2,)], (1,)),
+    "min alone": ({"n": Column(int, min=0)}, (), between("rules_alone", "n", 0), [(0,), (10 ** 12,)], (-1,)),
+    "max alone": ({"n": Column(int, max=10)}, (), between("rules_alone", "n", None, 10), [(10,), (-10 ** 12,)],
+                  (11,)),
+    "one_of": ({"n": Column(str, one_of=("a", "b"))}, (), in_set("rules_alone", "n", ("a", "b")), [("a",), ("b",)],
+               ("c",)),
+    "unique together": ({"n": Column(int), "m": Column(int)}, (("n", "m"),), unique("rules_alone", "n", "m"),
+                        [(1, 1), (1, 2)], (1, 1)),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES_ALONE))
+def test_every_documented_rule_works_alone(rule):
+    """docs/VIEWS.md's rules, each declared with none of the others (`Column(…, max=…)` with no `min`: "either
+    end"): the view's rules are that one rule, and the `expectations` check passes on rows that keep it and
+    fails on exactly that rule, one row unexpected, once a row breaks it."""
+    from pipelines.observe.checks import expectations
+
+    columns, groups, expected, kept, breaking = RULES_ALONE[rule]
+    table = Table.keyed("rules_alone", columns={"k": Column(str), **columns}, key=("k",), stream_key="k",
+                        unique=groups)
+    view = View(name="rules_alone", tables=(table,), subscribes=("thing",))
+    assert view.rules == (expected,)
+    con = duckdb.connect()
+    con.execute(table.ddl())
+    con.executemany(f"INSERT INTO rules_alone VALUES (?{', ?' * len(columns)})",
+                    [(f"k{i}", *row) for i, row in enumerate(kept)])
+    outcome = expectations(con, view)
+    assert (outcome.passed, outcome.metadata["expectations"]) == (True, 1), outcome.metadata["failures"]
+    con.execute(f"INSERT INTO rules_alone VALUES ('bad'{', ?' * len(columns)})", list(breaking))
+    outcome = expectations(con, view)
+    (failure,) = outcome.metadata["failures"]
+    assert not outcome.passed and failure["unexpected_count"] == (2 if expected.rule == "unique" else 1), failure
+
+
 @pytest.mark.parametrize("declare, replacement", [
     (lambda: Table("t", columns={"k": "VARCHAR"}, primary_key=("k",), stream_key="k"), "Column(str)"),
     (lambda: Table("t", columns={"k": Column(str)}, primary_key=("k",), stream_key="k", descriptions={"k": "x"}),
@@ -274,20 +314,27 @@ def charged(e: Charged, tables) -> None:
 '''
 
 
-def _load(root, package: str, rule: str):
+def _import_package(root, package: str, files: dict[str, str], module: str):
+    """Write `package` under `root` (its `__init__.py` and `files`, name -> source), import `package.module` anew and
+    return its VIEW."""
     for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
         del sys.modules[name]
     (root / package).mkdir(exist_ok=True)
-    (root / package / "__init__.py").write_text("")
-    (root / package / "rules.py").write_text(textwrap.dedent(f'''
-        from decimal import Decimal
-        def fee_of(amount):
-            return {rule}
-    '''))
-    (root / package / "rounding.py").write_text("def rounded(value):\n    return round(value, 2)\n")
-    (root / package / "fees.py").write_text(VIEW_MODULE.format(package=package))
+    for name, source in {"__init__": "", **files}.items():
+        (root / package / f"{name}.py").write_text(source)
     importlib.invalidate_caches()
-    return importlib.import_module(f"{package}.fees").VIEW
+    return importlib.import_module(f"{package}.{module}").VIEW
+
+
+def _load(root, package: str, rule: str):
+    return _import_package(root, package, {
+        "rules": textwrap.dedent(f'''
+            from decimal import Decimal
+            def fee_of(amount):
+                return {rule}
+        '''),
+        "rounding": "def rounded(value):\n    return round(value, 2)\n",
+        "fees": VIEW_MODULE.format(package=package)}, "fees")
 
 
 def test_a_changed_rule_in_a_helper_module_changes_the_fingerprint(tmp_path, monkeypatch):
@@ -304,6 +351,57 @@ def test_a_changed_rule_in_a_helper_module_changes_the_fingerprint(tmp_path, mon
     assert moved == ["module fp_views.rules"]  # the handler and the view's module are as they were
     assert {"module fp_views.fees", "module fp_views.rounding"} <= set(changed)  # the lazy import too
     assert not any(part.startswith(("module pipelines", "module inorder")) for part in changed)
+
+
+# each form of import, in the view's module (of its helper) and in the helper (of a module two deep): the import
+# lines and the name they bind, as (view imports helper, view calls, helper imports deep, helper reads)
+IMPORT_FORMS = {
+    "import pkg.helper": ("import {p}.helper", "{p}.helper.fee", "import {p}.deep", "{p}.deep.RATE"),
+    "import pkg.helper as alias": ("import {p}.helper as h", "h.fee", "import {p}.deep as d", "d.RATE"),
+    "from pkg import helper": ("from {p} import helper", "helper.fee", "from {p} import deep", "deep.RATE"),
+    "from pkg.helper import name": ("from {p}.helper import fee", "fee", "from {p}.deep import RATE", "RATE"),
+    "from .helper import name": ("from .helper import fee", "fee", "from .deep import RATE", "RATE"),
+    "from . import helper": ("from . import helper", "helper.fee", "from . import deep", "deep.RATE"),
+}
+
+FORM_VIEW = '''
+{imports_helper}
+from inorder import Column, DECIMAL, Table, View
+
+VIEW = View(name="{p}", tables=(Table.per_stream("{p}", key="account_id", columns={{"fee": Column(DECIMAL(12, 2))}}),),
+            subscribes=("account",))
+
+
+@VIEW.on("Charged")
+def charged(event, tables) -> None:
+    tables.{p}.save(fee={calls}(event.payload["amount"]))
+'''
+
+
+@pytest.mark.parametrize("form", sorted(IMPORT_FORMS))
+def test_the_fingerprint_sees_every_form_of_import_and_a_helper_two_modules_deep(form, tmp_path, monkeypatch):
+    """The view's module imports its helper, and the helper a module of its own, in the same form: editing the
+    helper, or the module it imports, changes that module's part of the fingerprint and nothing else, and the
+    store's record of the view before the edit compares as a change of code."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = "fp_" + "".join(c if c.isalnum() else "_" for c in form)
+    imports_helper, calls, imports_deep, reads = (text.format(p=package) for text in IMPORT_FORMS[form])
+    helper = f"{imports_deep}\n\n\ndef fee(amount):\n    return amount * {reads}\n"
+    view = _import_package(tmp_path, package, {
+        "helper": helper, "deep": "RATE = 2\n",
+        "view": FORM_VIEW.format(p=package, imports_helper=imports_helper, calls=calls)}, "view")
+    before = code_parts(view)
+    assert {f"module {package}.{m}" for m in ("view", "helper", "deep")} <= set(before)
+    stored = (fingerprint(view), json.dumps(table_declarations(view.tables)), json.dumps(before), None, None, None)
+    for module, edited in (("helper", helper.replace("amount *", "amount * 3 *")), ("deep", "RATE = 20\n")):
+        original = (tmp_path / package / f"{module}.py").read_text()
+        (tmp_path / package / f"{module}.py").write_text(edited)
+        after = code_parts(view)
+        assert [name for name, digest in after.items() if before.get(name) != digest] == [f"module {package}.{module}"]
+        version = compare(view, stored)
+        assert (version.change, version.what) == ("code", f"module {package}.{module} changed")
+        (tmp_path / package / f"{module}.py").write_text(original)
+    assert code_parts(view) == before
 
 
 OLDER_MODULE = '''
