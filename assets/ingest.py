@@ -53,9 +53,10 @@ def batch_metadata(home: Home, views: Sequence[View], result: IngestResult) -> d
 
 def rejection_next_step(archived: list[str], by_cli: bool) -> str:
     """What a user does about a rejected file: the end of the Failure's description. The file's name stays
-    in the ingest log, so a fixed file is read only under a new name."""
-    step = ("Next: fix the file and drop it into the landing folder again under a new name (its name is "
-            "in the ingest log now, and a name is never read twice)")
+    in the ingest log, so a fixed file is read only under a new name; the fix is the file's, or source.json's
+    when no source mapping took the file."""
+    step = ("Next: fix what the reason says (the file, or source.json) and drop the file into the landing folder "
+            "again under a new name (its name is in the ingest log now, and a name is never read twice)")
     if not archived:
         return step + "."
     projects = "this `inorder run` projects them" if by_cli else "the `project_after_rejection` sensor projects them"

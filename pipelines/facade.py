@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from pipelines.engine.commit import commit_pass, pass_output
 from pipelines.faults import crash_point
 from pipelines.engine.ingest import (IngestResult, LandingFile, check_logical_time, files_for_batch, ingest_landing,
-                              new_landing_files, record_entry, reingest, tick_due)
-from pipelines.engine.normalise import SourceMapping
+                              landing_name, new_landing_files, record_entry, reingest, tick_due)
+from pipelines.engine.sources import Source, load_source
 from pipelines.engine.inputs import pass_folder, views_with_due_buffers
 from pipelines.engine.output import PassResult
 from pipelines.engine.planning import plan_passes, views_waiting
@@ -73,7 +73,7 @@ def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | No
     logical time moved and either a gap timer is due or nothing was recorded for `min_idle_seconds`
     (the tick schedule's interval; `inorder run` ticks whenever time moved). A tick projects only the
     views with a timer due; its entry waits for the others' next projection and resumes nothing."""
-    landing = tuple(new_landing_files(store, home))
+    landing = tuple(new_landing_files(store, home, home_source(home)))
     versions = store.versions or read_versions(store.con, views)
     active = [v for v in views if not versions[v.name].refused]  # a refused view waits for its rebuild
     fresh = _never_projected(store, active)
@@ -95,8 +95,9 @@ def _never_projected(store: Store, views: Sequence[View]) -> set[str]:
     return {v.name for v in views} - projected
 
 
-def source_mapping(home: Home) -> SourceMapping:
-    return SourceMapping.load(home.root / "source.json")
+def home_source(home: Home) -> Source:
+    """The home's source.json: which mapping reads which landing file (pipelines/engine/sources.py)."""
+    return load_source(home.root / "source.json")
 
 
 def now_us(now: datetime | None) -> int:
@@ -104,7 +105,7 @@ def now_us(now: datetime | None) -> int:
 
 
 def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View], selected: Sequence[View],
-            mapping: SourceMapping, progress: Progress = _quiet, publish: bool = True, layout: Layout = LIVE,
+            source: Source, progress: Progress = _quiet, publish: bool = True, layout: Layout = LIVE,
             let_writers_in: bool = False) -> ProjectionStats:
     """Project every archived entry not yet committed for the `selected` views, pass by pass; with
     `publish` (and INORDER_SERVE_POSTGRES set), publish each commit to PostgreSQL, after catching up
@@ -124,7 +125,7 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
     try:
         if publishing:
             publishing.publish(store.con, selected)
-        _project_passes(spark, store, home, selected, plans, mapping.first_seq, subscribed, stats, publishing,
+        _project_passes(spark, store, home, selected, plans, source.first_seq, subscribed, stats, publishing,
                         progress, layout, let_writers_in)
     finally:
         if publishing:
@@ -205,16 +206,16 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
     """Ingest every new landing file at logical time `now` (a tick when there is none), then project."""
     started = time.perf_counter()
     report = RunReport()
-    mapping = source_mapping(home)
+    source = home_source(home)
     with Store.open(home, views) as store:
         plan = plan_run(store, home, views, now)
-        report.ingested = ingest_landing(store, home, mapping, plan.t_us, progress)
+        report.ingested = ingest_landing(store, home, source, plan.t_us, progress)
         report.ingest_seconds = time.perf_counter() - started
         if plan.tick and not report.ingested:  # every view is projected below: the tick's entry is done for all
             report.tick_entry = record_entry(store, "tick", plan.t_us)
             progress(f"no new batch: tick at {datetime.fromtimestamp(plan.t_us / 1e6, timezone.utc).isoformat()}")
         report.projection = project(
-            spark, store, home, views, selected or views, mapping, progress)
+            spark, store, home, views, selected or views, source, progress)
     rebuild_due(spark, home, views, report.projection, progress)
     report.seconds = time.perf_counter() - started
     return report
@@ -228,18 +229,19 @@ def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime
     same batch id is set aside as a rejected batch on the way, never ignored. When a changed file's
     new content turns out to be recorded already (touched, or changed back), its newest entry is returned."""
     with Store.open(home, views) as store:
-        paths = files_for_batch(home, batch_id)
+        source = home_source(home)
+        paths = files_for_batch(home, source, batch_id)
         already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ? AND kind = 'batch'",
                                     [batch_id]).fetchone()[0] > 0  # a tick's id is never a batch's
         if not already and not paths:
             raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
-        if new_landing_files(store, home, only=paths):
-            ingest_landing(store, home, source_mapping(home), _logical_now(store, now), only=paths)
+        if new_landing_files(store, home, source, only=paths):
+            ingest_landing(store, home, source, _logical_now(store, now), only=paths)
         entry_idx, batch_id, status, records, malformed, size, reason, types = store.con.execute(
             "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason, stream_types "
             "FROM inorder.ingest_log WHERE kind = 'batch' AND reingest_of IS NULL "
             "AND (batch_id = ? OR list_contains(?, file_name)) ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
-            [batch_id, [p.name for p in paths], batch_id]).fetchone()
+            [batch_id, [str(landing_name(home, p)) for p in paths], batch_id]).fetchone()
         return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
                             already_ingested=already, stream_types=dict(types or {}))
 
@@ -248,11 +250,11 @@ def reingest_batches(spark: SparkSource, home: Home, views: Sequence[View], batc
                      now: datetime | None = None, progress: Progress = _quiet) -> tuple[list[IngestResult], ProjectionStats]:
     """`inorder reingest`: inspect the batches' undelivered records again with today's `source.json`, as
     new entries at logical time `now` (pipelines/engine/ingest.py `reingest`), then project every view."""
-    mapping = source_mapping(home)
+    source = home_source(home)
     with Store.open(home, views) as store:
-        results = reingest(store, home, mapping, {t for v in views for t in v.subscribes}, list(batch_ids),
+        results = reingest(store, home, source, {t for v in views for t in v.subscribes}, list(batch_ids),
                            _logical_now(store, now), progress)
-        stats = project(spark, store, home, views, views, mapping, progress)
+        stats = project(spark, store, home, views, views, source, progress)
     rebuild_due(spark, home, views, stats, progress)
     return results, stats
 
@@ -264,7 +266,7 @@ def project_views(spark: SparkSource, home: Home, views: Sequence[View], selecte
         t_us = _logical_now(store, now) if tick else None
         if tick and tick_due(store, t_us):
             record_entry(store, "tick", t_us)
-        stats = project(spark, store, home, views, selected, source_mapping(home), progress)
+        stats = project(spark, store, home, views, selected, home_source(home), progress)
     rebuild_due(spark, home, views, stats, progress)
     return stats
 
@@ -310,7 +312,7 @@ def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
     4. The swap, in one transaction; then PostgreSQL (when it serves reads) gets the view in full.
     Killed at any point before the swap's commit, it leaves the live view as it was; run again, it
     starts afresh."""
-    mapping = source_mapping(home)
+    source = home_source(home)
     shadow = Layout.shadow(view.name)
     home.ensure()
     lock = _rebuild_lock(home, view.name, f"a rebuild of view {view.name} is already running")
@@ -320,10 +322,10 @@ def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
             prepare_shadow(store, view, shadow)
             crash_point("rebuild.prepared")
             progress(f"rebuild {view.name}: replaying the archive beside the live view")
-            stats = project(spark, store, home, views, [view], mapping, progress, publish=False, layout=shadow,
+            stats = project(spark, store, home, views, [view], source, progress, publish=False, layout=shadow,
                             let_writers_in=True)
             crash_point("rebuild.replayed")
-            stats.merge(project(spark, store, home, views, [view], mapping, progress, publish=False, layout=shadow))
+            stats.merge(project(spark, store, home, views, [view], source, progress, publish=False, layout=shadow))
             crash_point("rebuild.caught_up")
             swap(store, view, shadow)
             progress(f"rebuild {view.name}: swapped in ({stats.entries} entries replayed)")
@@ -365,7 +367,7 @@ def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view:
     """Record a retry or skip of parked streams of `view` as entries (so rebuild replays them), then
     project that view alone. `streams` None means every parked stream of the view (after a fix is
     deployed). Returns the streams acted on."""
-    mapping = source_mapping(home)
+    source = home_source(home)
     with Store.open(home, views) as store:
         parked = [r[0] for r in store.con.execute(
             "SELECT stream_id FROM inorder.watermarks WHERE view = ? AND parked ORDER BY stream_id",
@@ -379,5 +381,5 @@ def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view:
         for stream_id in streams:
             record_entry(store, action, t_us, view.name, stream_id)
         if streams:
-            project(spark, store, home, views, [view], mapping, progress)
+            project(spark, store, home, views, [view], source, progress)
     return list(streams)

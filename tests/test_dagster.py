@@ -559,8 +559,9 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     (failure,) = [e for e in bad.all_events if e.is_step_failure]
     data = failure.step_failure_data.user_failure_data
     assert data.description.startswith("batch bad was rejected: ") and "parquet" in data.description.lower()
-    assert data.description.endswith(". Next: fix the file and drop it into the landing folder again under a new "
-                                     "name (its name is in the ingest log now, and a name is never read twice).")
+    assert data.description.endswith(". Next: fix what the reason says (the file, or source.json) and drop the file "
+                                     "into the landing folder again under a new name (its name is in the ingest log "
+                                     "now, and a name is never read twice).")
     assert data.metadata["status"].value == "rejected" and data.metadata["rejected_reason"].value
     error = failure.step_failure_data.error  # the Failure itself: no exception of inorder's behind it
     assert error.cls_name == "Failure" and error.cause is None and error.context is None
@@ -576,7 +577,7 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     verdict = verdicts["bad"].evaluation
     assert verdict.description == data.description
     assert verdict.metadata["rejected_reason"].value == data.metadata["rejected_reason"].value
-    assert verdict.metadata["next_step"].value.startswith("Next: fix the file and drop it into the landing folder")
+    assert verdict.metadata["next_step"].value.startswith("Next: fix what the reason says (the file, or source.json)")
     assert verdicts["good"].evaluation.target_materialization_data.run_id == verdicts["good"].run_id
     assert verdicts_judge_the_newest_materialisations(instance)
     # the next batch's check reports the rejection since it last ran, once

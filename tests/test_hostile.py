@@ -211,7 +211,7 @@ def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):
 
     # the changed file is set aside once, under its own id; nothing is new any more
     with Store.open(home, BANK_VIEWS) as store:
-        assert new_landing_files(store, home) == []
+        assert new_landing_files(store, home, SourceMapping()) == []
     changed = [r for r in rejected if r[1] == "changed.jsonl"]
     assert len(changed) == 1 and changed[0][0].startswith("changed.jsonl@")
 
@@ -273,7 +273,7 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     assert _sensor(home, instance, changed.cursor).run_requests == []
     path.write_bytes(GOOD)  # changed back to the ingested content: nothing to set aside
     with Store.open(home, BANK_VIEWS) as store:
-        assert new_landing_files(store, home) == []
+        assert new_landing_files(store, home, SourceMapping()) == []
         assert ingest_landing(store, home, SourceMapping(), 2_000_000_000_000_000) == []
     assert len(_log(home)) == 2
 
@@ -288,13 +288,13 @@ def test_change_detection_on_a_store_made_before_mtimes_were_recorded(tmp_path):
     os.utime(path, ns=(5, 5))
     with Store.open(home, BANK_VIEWS) as store:  # opening adds the column back, empty
         assert store.con.execute("SELECT mtime_ns FROM inorder.ingest_log").fetchall() == [(None,)]
-        assert new_landing_files(store, home) == []  # same size: not even hashed
+        assert new_landing_files(store, home, SourceMapping()) == []  # same size: not even hashed
     path.write_bytes(GOOD + OTHER)
     with Store.open(home, BANK_VIEWS) as store:
-        (changed,) = new_landing_files(store, home)
-        assert changed.batch_id.startswith("b1.jsonl@") and "changed after" in changed.clash
+        (changed,) = new_landing_files(store, home, SourceMapping())
+        assert changed.batch_id.startswith("b1.jsonl@") and "changed after" in changed.set_aside
         (result,) = ingest_landing(store, home, SourceMapping(), 1_000_000_000_000_001)
-        assert result.status == "rejected" and new_landing_files(store, home) == []
+        assert result.status == "rejected" and new_landing_files(store, home, SourceMapping()) == []
 
 
 def test_a_rejected_file_that_changes_is_set_aside_again_and_a_file_turned_symlink_is_never_read(tmp_path):
@@ -308,11 +308,11 @@ def test_a_rejected_file_that_changes_is_set_aside_again_and_a_file_turned_symli
         (home.landing / "bad.parquet").write_bytes(b"still not parquet")
         (home.landing / "b2.jsonl").unlink()
         (home.landing / "b2.jsonl").symlink_to(secret)
-        found = {f.path.name: f for f in new_landing_files(store, home)}
-        assert "set aside as rejected batch 'bad'" in found["bad.parquet"].clash
+        found = {f.path.name: f for f in new_landing_files(store, home, SourceMapping())}
+        assert "set aside as rejected batch 'bad'" in found["bad.parquet"].set_aside
         assert found["b2.jsonl"].fingerprint.sha256 is None  # resolves outside: never read
         ingest_landing(store, home, SourceMapping(), 2)
-        assert new_landing_files(store, home) == []
+        assert new_landing_files(store, home, SourceMapping()) == []
 
 
 # --------------------------------------------------------------------------- limits and SQL identifiers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import PurePosixPath
 
 import pyarrow.parquet as pq
 import pytest
@@ -115,7 +116,7 @@ def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path
     odd = [home.landing / "line\nbreak.jsonl", home.landing / "v1...2.jsonl", home.landing / "tab\there.csv"]
     for path in odd:
         path.write_text(opened("a") + "\n")
-    keys = [batch_id_of(p) for p in odd]  # what the sensor uses as partition keys
+    keys = [batch_id_of(PurePosixPath(p.name)) for p in odd]  # what the sensor uses as partition keys
     raise_error_on_invalid_partition_key_substring(keys)
     with Store.open(home, BANK_VIEWS) as store:
         results = ingest_landing(store, home, SourceMapping(), T, only=odd[:2])

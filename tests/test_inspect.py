@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.engine.normalise import MAX_DEPTH, TOO_DEEP, InspectedBatch, RejectedFile, SourceMapping, inspect_file
+from pipelines.engine.sources import load_source
 from tests.reference_model import normalise as model_normalise
 from tests.profiles import examples
 
@@ -407,12 +408,12 @@ def test_a_landing_file_that_cannot_be_read_is_rejected_with_the_reason(tmp_path
 
 def test_a_source_mapping_loads_from_its_file_or_is_the_default(tmp_path):
     path = tmp_path / "source.json"
-    assert SourceMapping.load(path) == SourceMapping()
+    assert load_source(path) == SourceMapping()
     path.write_text(json.dumps({"name": "order", "stream_id": ["tenant", "id"], "first_seq": 0}))
-    assert SourceMapping.load(path) == SourceMapping(name="order", stream_id=("tenant", "id"), first_seq=0)
+    assert load_source(path) == SourceMapping(name="order", stream_id=("tenant", "id"), first_seq=0)
     path.write_text(json.dumps({"stream": "id"}))
     with pytest.raises(ValueError, match=r"unknown source mapping keys: \['stream'\]"):
-        SourceMapping.load(path)
+        load_source(path)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])

@@ -12,7 +12,7 @@ import os
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from pipelines.faults import crash_point
 from pipelines.engine.normalise import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from pipelines.engine.planning import SKETCH_SQL
+from pipelines.engine.sources import Source
 from pipelines.store.database import Home, Store, utc_from_us
 from pipelines.store.layout import mark_superseded_malformed
 
@@ -51,36 +52,50 @@ def archive_path(home: Home, entry_idx: int) -> Path:
     return home.archived(entry_idx)
 
 
-def landing_files(home: Home) -> list[Path]:
-    """Batch files waiting in the landing folder, in file-name order (hidden files are skipped)."""
+def landing_files(home: Home, source: Source) -> list[Path]:
+    """Batch files waiting in the landing folder, in the order of their names under it; with several
+    sources, its sub-folders' too (a folder source's files are there). Hidden files and folders are
+    skipped, and a symlinked folder is not entered (nothing outside the landing folder is read).
+    The one discovery of `inorder run`, `ingest_batch` and the landing sensor."""
     if not home.landing.is_dir():
         return []
-    return sorted((p for p in home.landing.iterdir() if not p.name.startswith(".") and not p.is_dir()),
-                  key=lambda p: p.name)
+    found = []
+    for folder, subfolders, files in os.walk(home.landing):
+        subfolders[:] = [d for d in subfolders if source.reads_subfolders and not d.startswith(".")]
+        found += [Path(folder, f) for f in files if not f.startswith(".")]
+    return sorted(found, key=lambda p: landing_name(home, p).as_posix())
+
+
+def landing_name(home: Home, path: Path) -> PurePosixPath:
+    """A landing file's name as the ingest log records it: its path under the landing folder (`trips/t1.jsonl`,
+    or `t1.jsonl` for a file of the folder itself)."""
+    return PurePosixPath(path.relative_to(home.landing).as_posix())
 
 
 # what Dagster refuses in a partition key (a batch id is one); newlines and the like can be in file names
 _NOT_IN_IDS = re.compile(r"[\x00-\x1f\x7f]|\.\.\.")
 
 
-def id_name(path: Path) -> str:
-    """The file's name, as batch ids use it: `file-<hash of the name>` when the name has a control
-    character or `...` (such a file is set aside, under an id every path can use)."""
-    return f"file-{_name_hash(path)}" if _NOT_IN_IDS.search(path.name) else path.name
+def id_name(name: PurePosixPath) -> str:
+    """The file's name under landing/, as batch ids use it: `file-<hash of the name>` when the name has a
+    control character or `...` (such a file is set aside, under an id every path can use)."""
+    return f"file-{_name_hash(name)}" if _NOT_IN_IDS.search(str(name)) else str(name)
 
 
-def batch_id_of(path: Path) -> str:
-    name = id_name(path)
-    if name != path.name:
-        return name
-    return path.stem if path.suffix.lower() in SUPPORTED_SUFFIXES else path.name
+def batch_id_of(name: PurePosixPath) -> str:
+    """A landing file's batch id: its name under landing/ without the extension (`t1`, `trips/t1`), so that
+    the feeds of several folders may land files of the same name."""
+    shown = id_name(name)
+    if shown != str(name):
+        return shown
+    return str(name.with_suffix("")) if name.suffix.lower() in SUPPORTED_SUFFIXES else str(name)
 
 
-def files_for_batch(home: Home, batch_id: str) -> list[Path]:
+def files_for_batch(home: Home, source: Source, batch_id: str) -> list[Path]:
     """The landing files a batch id (a partition key) can stand for: the file with that stem, the file
     with that whole name, or the file whose changed version it names (`<file name>@<hash>`)."""
-    return [p for p in landing_files(home)
-            if batch_id in (batch_id_of(p), p.name) or batch_id.startswith(id_name(p) + "@")]
+    return [p for p in landing_files(home, source) for name in [landing_name(home, p)]
+            if batch_id in (batch_id_of(name), str(name)) or batch_id.startswith(id_name(name) + "@")]
 
 
 def known_batch_ids(store: Store) -> set[str]:
@@ -129,12 +144,13 @@ def current_version(home: Home, path: Path) -> tuple[str, Fingerprint]:
     """(batch id, fingerprint) of a landing file's current content, for setting a changed file aside:
     `<file name>@<16 hex of its sha256>`. A file that resolves outside the landing folder is never
     read; its id hashes where it points instead."""
+    name = id_name(landing_name(home, path))
     if _inside_landing(home, path):
         fingerprint = _fingerprint(path)
-        return f"{id_name(path)}@{fingerprint.sha256[:16]}", fingerprint
+        return f"{name}@{fingerprint.sha256[:16]}", fingerprint
     target = hashlib.sha256(os.fsencode(path.resolve())).hexdigest()
     stat = path.stat()
-    return f"{id_name(path)}@{target[:16]}", Fingerprint(None, stat.st_size, stat.st_mtime_ns)
+    return f"{name}@{target[:16]}", Fingerprint(None, stat.st_size, stat.st_mtime_ns)
 
 
 def _write_archive(home: Home, entry_idx: int, batch: InspectedBatch) -> None:
@@ -181,7 +197,8 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
         con.execute(
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, bytes, sha256, "
             "mtime_ns, status, reason) VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, 'rejected', ?)",
-            [entry_idx, batch_id, utc_from_us(t_us), path.name, fingerprint and size, sha, mtime_ns, reason])
+            [entry_idx, batch_id, utc_from_us(t_us), str(landing_name(home, path)), fingerprint and size, sha,
+             mtime_ns, reason])
         crash_point("ingest.rejected_registered")
         return IngestResult(entry_idx, batch_id, "rejected", bytes=size, reason=reason)
     _write_archive(home, entry_idx, batch)
@@ -191,7 +208,7 @@ def _register(store: Store, home: Home, path: Path, batch_id: str, entry_idx: in
             "INSERT INTO inorder.ingest_log (entry_idx, batch_id, kind, received_at, file_name, bytes, sha256, "
             "mtime_ns, records, malformed, normalised, status, stream_types, reingest_of) "
             "VALUES (?, ?, 'batch', ?, ?, ?, ?, ?, ?, ?, ?, 'archived', MAP(?::VARCHAR[], ?::BIGINT[]), ?)",
-            [entry_idx, batch_id, utc_from_us(t_us), path.name, size, sha, mtime_ns, batch.records,
+            [entry_idx, batch_id, utc_from_us(t_us), str(landing_name(home, path)), size, sha, mtime_ns, batch.records,
              len(batch.malformed), batch.messages.num_rows, list(types), list(types.values()), reingest_of])
         _record_streams(store, entry_idx, batch)
         crash_point("ingest.registering")
@@ -252,9 +269,10 @@ def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = N
 @dataclass(frozen=True)
 class LandingFile:
     path: Path
-    batch_id: str  # the file's stem; its whole name when another file has that stem; `name@hash` when changed
-    clash: str | None = None  # why it is set aside instead of ingested
+    batch_id: str  # batch_id_of its name; its whole name when another file has that id; `name@hash` when changed
+    set_aside: str | None = None  # why it is set aside (a rejected batch) instead of ingested
     fingerprint: Fingerprint | None = None  # of a changed file's new content
+    mapping: SourceMapping | None = None  # the source mapping that reads it (source.json's, for its name)
 
 
 @dataclass
@@ -304,54 +322,67 @@ def _changed(home: Home, path: Path, recorded: _Recorded) -> LandingFile | None:
 _ENTRY_ID = re.compile(r"(tick|retry|skip)-[0-9]+")  # what record_entry names its entries
 
 
-def new_landing_files(store: Store, home: Home, only: list[Path] | None = None) -> list[LandingFile]:
-    """Landing files (or `only` these) never ingested nor set aside, in file-name order.
+def new_landing_files(store: Store, home: Home, source: Source, only: list[Path] | None = None) -> list[LandingFile]:
+    """Landing files (or `only` these) never ingested nor set aside, in the order of their names under
+    the landing folder, each with the mapping of `source` (source.json) that reads it.
 
     A file whose batch id another file already has (b1.csv after b1.jsonl) is never ignored:
-    it becomes a clash, registered under its whole file name as a rejected batch. A file whose
+    it becomes a clash, registered under its whole file name as a rejected batch. A file that no source
+    takes, or more than one, is registered as a rejected batch under its batch id, unread. A file whose
     content changed after it was recorded is set aside once per new content, as `<name>@<hash>`."""
     known_ids = known_batch_ids(store)
     recorded = _recorded_files(store)
     found = []
-    for path in (landing_files(home) if only is None else only):
-        if path.name in recorded:
-            new = _changed(home, path, recorded[path.name])
+    for path in (landing_files(home, source) if only is None else only):
+        name = landing_name(home, path)
+        if str(name) in recorded:
+            new = _changed(home, path, recorded[str(name)])
             if new is None or new.batch_id in known_ids:
                 continue  # unchanged, or this content was set aside before
-        elif _NOT_IN_IDS.search(path.name):
-            new = LandingFile(path, batch_id_of(path), f"the file name {path.name!r} has a control character or "
+        elif _NOT_IN_IDS.search(str(name)):
+            new = LandingFile(path, batch_id_of(name), f"the file name {str(name)!r} has a control character or "
                                                        "'...', which no batch id may hold; rename the file")
         else:
-            new = LandingFile(path, batch_id_of(path))
-            taken, reserved = new.batch_id in known_ids, bool(_ENTRY_ID.fullmatch(new.batch_id))
-            if taken or reserved:
-                free = (path.name if path.name not in known_ids and not _ENTRY_ID.fullmatch(path.name)
-                        else f"{id_name(path)}@{_name_hash(path)}")
-                why = ("is already taken by another file or entry" if taken else
-                       "has the form of a tick's or an operator action's id")
-                new = LandingFile(path, free, f"batch id {new.batch_id!r} {why}; rename this one")
+            new = _new_file(path, name, source, known_ids)
         known_ids.add(new.batch_id)
         found.append(new)
     return found
 
 
-def _name_hash(path: Path) -> str:
-    return hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]
+def _new_file(path: Path, name: PurePosixPath, source: Source, known_ids: set[str]) -> LandingFile:
+    """A file the ingest log has no row of: read with its source's mapping, or set aside under a free id."""
+    batch_id = batch_id_of(name)
+    taken, reserved = batch_id in known_ids, bool(_ENTRY_ID.fullmatch(batch_id))
+    if taken or reserved:
+        free = (str(name) if str(name) not in known_ids and not _ENTRY_ID.fullmatch(str(name))
+                else f"{id_name(name)}@{_name_hash(name)}")
+        why = ("is already taken by another file or entry" if taken else
+               "has the form of a tick's or an operator action's id")
+        return LandingFile(path, free, f"batch id {batch_id!r} {why}; rename this one")
+    try:
+        return LandingFile(path, batch_id, mapping=source.mapping_for(name))
+    except RejectedFile as exc:  # no source takes it, or several: never read with a mapping not meant for it
+        return LandingFile(path, batch_id, str(exc))
 
 
-def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
+def _name_hash(name: PurePosixPath) -> str:
+    return hashlib.sha256(os.fsencode(str(name))).hexdigest()[:16]
+
+
+def ingest_landing(store: Store, home: Home, source: Source, t_us: int,
                    progress=lambda message: None, only: list[Path] | None = None) -> list[IngestResult]:
-    """Ingest every new landing file (or `only` these), in file-name order, at logical time `t_us`.
+    """Ingest every new landing file (or `only` these), in the order of their names, at logical time `t_us`,
+    each read with the mapping of `source` (source.json) that takes it.
 
     Files are inspected in parallel worker processes when there is enough data to pay for them;
     they are archived and registered one by one, in order."""
-    new = new_landing_files(store, home, only)
+    new = new_landing_files(store, home, source, only)
     if not new:
         return []
     check_logical_time(store, t_us)
     crash_point("ingest.listed")
     first_idx = store.next_entry_idx()
-    jobs = [(home, f.path, f.batch_id, first_idx + i, mapping) for i, f in enumerate(new) if f.clash is None]
+    jobs = [(home, f.path, f.batch_id, first_idx + i, f.mapping) for i, f in enumerate(new) if f.set_aside is None]
     total_bytes = sum(job[1].stat().st_size for job in jobs if job[1].is_file())
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers > 1 and total_bytes > _PARALLEL_BYTES:
@@ -362,14 +393,14 @@ def ingest_landing(store: Store, home: Home, mapping: SourceMapping, t_us: int,
     results = []
     try:
         for i, f in enumerate(new):
-            if f.clash:
-                result = (None, f.fingerprint, f.clash)
+            if f.set_aside:
+                result = (None, f.fingerprint, f.set_aside)
             else:
                 with store.released():  # readers may open the store while a file is inspected and archived
                     result = next(inspected)
             crash_point("ingest.inspected")
             registered = _register(store, home, f.path, f.batch_id, first_idx + i, t_us, result)
-            progress(f"ingest {len(results) + 1}/{len(new)} {f.path.name}: {registered.status}, "
+            progress(f"ingest {len(results) + 1}/{len(new)} {landing_name(home, f.path)}: {registered.status}, "
                      f"{registered.records} records, {registered.malformed} malformed"
                      + (f" ({registered.reason})" if registered.reason else ""))
             results.append(registered)
@@ -386,9 +417,10 @@ class ReingestRefused(ValueError):
 REINGEST_MARK = "@reingest-"  # a re-ingest's batch id: <batch id>@reingest-<its entry>
 
 
-def reingest(store: Store, home: Home, mapping: SourceMapping, subscribed: set[str], batch_ids: list[str],
+def reingest(store: Store, home: Home, source: Source, subscribed: set[str], batch_ids: list[str],
              t_us: int, progress=lambda message: None) -> list[IngestResult]:
-    """Inspect archived batches again with today's source mapping (after `source.json` was fixed), as new
+    """Inspect archived batches again with today's source mapping of their file (after `source.json` was
+    fixed: `source`), as new
     entries at logical time `t_us`. A new entry carries only the lines its batch's newest entry left
     undelivered: the records of stream types no view subscribes to (`subscribed`), and the malformed
     ones. Lines some view received are not carried again, so nothing is selected twice; the old entry
@@ -423,7 +455,7 @@ def reingest(store: Store, home: Home, mapping: SourceMapping, subscribed: set[s
         entry_idx = store.next_entry_idx()
         batch_id = f"{root}{REINGEST_MARK}{entry_idx}"
         try:
-            inspected = inspect_file(path, batch_id, entry_idx, mapping, data)
+            inspected = inspect_file(path, batch_id, entry_idx, source.mapping_for(PurePosixPath(file_name)), data)
         except RejectedFile as exc:
             raise ReingestRefused(f"batch {root!r} cannot be read with the new mapping: {exc}") from None
         lines = pa.array(sorted(carried), pa.int64())
