@@ -159,9 +159,9 @@ def shop_store(tmp_path_factory) -> Path:
                    "--streams", "5", "--batches", "1").returncode == 0
     with Store.open(Home.from_env(home), load_views("shop.views")) as store:
         from pipelines.engine.ingest import ingest_landing
-        from pipelines.facade import now_us, source_mapping
+        from pipelines.facade import home_source, now_us
 
-        ingest_landing(store, Home.from_env(home), source_mapping(Home.from_env(home)), now_us(None))
+        ingest_landing(store, Home.from_env(home), home_source(Home.from_env(home)), now_us(None))
     return home
 
 
