@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.engine.ingest import ingest_landing, reingest
 from pipelines.engine.normalise import RejectedFile, SourceMapping
-from pipelines.engine.sources import Feed, Sources, load_source
+from pipelines.engine.sources import SELECTORS, Feed, Sources, load_source
 from pipelines.store.database import Home, Store
 from tests.builders import dep, opened
 from tests.domains import BANK_VIEWS
@@ -26,7 +26,7 @@ NO_SOURCE = ("no source of source.json takes this file (they take 1: match 'paym
 
 
 def mapping_of(source: dict) -> SourceMapping:
-    return SourceMapping.from_dict({k: v for k, v in source.items() if k not in ("match", "folder")})
+    return SourceMapping.from_dict({k: v for k, v in source.items() if k not in SELECTORS})
 
 
 def loaded(tmp_path, data) -> object:
@@ -37,7 +37,8 @@ def loaded(tmp_path, data) -> object:
 
 def test_each_file_is_read_by_the_source_its_name_or_folder_selects(tmp_path):
     sources = loaded(tmp_path, TWO_FEEDS)
-    assert sources == Sources((Feed(mapping_of(PAYMENTS), match="payments-*.jsonl"), Feed(mapping_of(TRIPS), folder="trips")))
+    assert sources == Sources((Feed(mapping_of(PAYMENTS), match="payments-*.jsonl"),
+                               Feed(mapping_of(TRIPS), folder="trips")))
     for name, source in [("payments-01.jsonl", PAYMENTS), ("eu/payments-01.jsonl", PAYMENTS),  # the glob: any folder
                          ("trips/t1.jsonl", TRIPS), ("trips/2026/01/t1.csv", TRIPS)]:  # the folder: at any depth
         assert sources.mapping_for(PurePosixPath(name)) == mapping_of(source), name
@@ -63,11 +64,13 @@ def test_one_mapping_reads_every_file_as_before(tmp_path):
 
 @pytest.mark.parametrize("data, refusal", [
     ({"sources": [{"name": "trip"}]}, "source 1 of source.json selects no file: give it `match`"),
-    ({"sources": [PAYMENTS, {"match": "trips/*.jsonl"}]}, "source 2 of source.json: `match` is a glob on the file name"),
+    ({"sources": [PAYMENTS, {"match": "trips/*.jsonl"}]},
+     "source 2 of source.json: `match` is a glob on the file name"),
     ({"sources": [{"folder": "../elsewhere"}]}, "`folder` '../elsewhere' is no sub-folder of landing/"),
     ({"sources": [{"folder": ".staging"}]}, "`folder` '.staging' is no sub-folder of landing/"),
     ({"sources": [{"folder": ""}]}, "`match` and `folder` are non-empty strings"),
-    ({"sources": [PAYMENTS, {**TRIPS, "stream": "x"}]}, r"source 2 of source.json: unknown source mapping keys: \['stream'\]"),
+    ({"sources": [PAYMENTS, {**TRIPS, "stream": "x"}]},
+     r"source 2 of source.json: unknown source mapping keys: \['stream'\]"),
     ({"sources": [PAYMENTS, {**TRIPS, "first_seq": 0}]}, r"give first_seq \[0, 1\]: the walk starts every stream"),
     ({"sources": [PAYMENTS], "seq": "n"}, r"has `sources` and other keys \['seq'\]"),
     ({"sources": []}, "must be a list of one object per source"),
@@ -91,7 +94,8 @@ def two_feeds_home(tmp_path) -> Home:
     (home.root / "source.json").write_text(json.dumps(TWO_FEEDS))
     (home.landing / "trips" / "2026").mkdir(parents=True)
     (home.landing / ".staging").mkdir()
-    (home.landing / "payments-01.jsonl").write_text(payment("p-1", 1, "Authorised") + "\n" + payment("p-1", 2, "Captured") + "\n")
+    (home.landing / "payments-01.jsonl").write_text(payment("p-1", 1, "Authorised") + "\n"
+                                                    + payment("p-1", 2, "Captured") + "\n")
     (home.landing / "trips" / "payments-01.jsonl").write_text(trip("t-9", 1, "Requested") + "\n")  # both take it
     (home.landing / "trips" / "2026" / "t1.jsonl").write_text(trip("t-1", 1, "Requested") + "\n{oops\n")
     (home.landing / "orders.jsonl").write_text(opened("acct-1") + "\n")  # no source takes it
@@ -121,8 +125,8 @@ def test_two_feeds_are_read_each_with_its_mapping_and_a_file_no_source_takes_is_
 
 def test_a_reingest_reads_its_file_with_the_source_that_takes_it_today(tmp_path):
     home = two_feeds_home(tmp_path)
-    (home.landing / "trips" / "2026" / "t1.jsonl").write_text(trip("t-1", 1, "Requested") + "\n"
-                                                               + json.dumps({"trip": "t-1", "n": 2, "kind": "Ended"}) + "\n")
+    no_city = json.dumps({"trip": "t-1", "n": 2, "kind": "Ended", "payload": {}})
+    (home.landing / "trips" / "2026" / "t1.jsonl").write_text(trip("t-1", 1, "Requested") + "\n" + no_city + "\n")
     with Store.open(home, BANK_VIEWS) as store:
         ingest_landing(store, home, load_source(home.root / "source.json"), T)
         fixed = {"sources": [PAYMENTS, {**TRIPS, "stream_id": "trip"}]}  # the second line had no city
