@@ -205,6 +205,7 @@ def _store_views():
 RUN_VIEW_COUNTS = (*COUNTED, "streams_touched")
 REFUSED_EXIT = 4  # `inorder run` projected the other views, but refused some whose tables changed
 WRONG_VIEWS_EXIT = 5  # INORDER_VIEWS names none of the store's views, or would add views to it
+INTERRUPTED_EXIT = 130  # Ctrl-C, as a shell reports SIGINT
 
 
 def _run_document(report: CliRun) -> dict:
@@ -288,11 +289,14 @@ def cmd_run(args: argparse.Namespace) -> None:
             print(f"unrouted: {describe_unrouted(run['unrouted'], subscribed)}")
     for line in run["refused"].values():  # the other views went on; this one waits for `inorder rebuild`
         print(f"inorder: {line}", file=sys.stderr)
-    if run["refused"]:
-        sys.exit(REFUSED_EXIT)
     if run["publish_error"]:  # the views are committed in DuckDB; readers of PostgreSQL lag until it is caught up
-        raise RuntimeError(f"publishing to PostgreSQL failed: {run['publish_error']} (DuckDB is committed; the next "
-                           "run or `inorder publish` catches up)")
+        failure = (f"publishing to PostgreSQL failed: {run['publish_error']} (DuckDB is committed; the next run or "
+                   "`inorder publish` catches up)")
+        if not run["refused"]:
+            raise RuntimeError(failure)
+        print(f"inorder: error: {failure}", file=sys.stderr)
+    if run["refused"]:  # the status that asks for an act (a rebuild) wins over a lag the next run heals
+        sys.exit(REFUSED_EXIT)
 
 
 def _batch_warnings(batches: list[dict], subscribed: list[str]) -> list[str]:
@@ -683,9 +687,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         _with_older_declarations_said(lambda: args.func(args))
-    except KeyboardInterrupt:
-        print("inorder: interrupted", file=sys.stderr)
-        return 130
+    except SystemExit as exc:  # a command's own exit status (3, 4, 6): main returns what the process exits with
+        return exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt as exc:  # RunInterrupted says what the run left for the next one
+        print(f"inorder: interrupted{f': {exc}' if str(exc) else ''}", file=sys.stderr)
+        return INTERRUPTED_EXIT
     except ViewSetMismatch as exc:
         print(f"inorder: refused: {exc}", file=sys.stderr)
         return WRONG_VIEWS_EXIT

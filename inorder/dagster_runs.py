@@ -47,9 +47,19 @@ def dagster_home(home: Home) -> Path:
     return path
 
 
+# the CLI's runs leave stdout and stderr alone: Dagster's default mirrors them through `tail` and watcher
+# processes, which delay the progress lines and print their own tracebacks on Ctrl-C; the CLI's lines are in
+# the run's event log anyway
+_CLI_OVERRIDES = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                   "class": "NoOpComputeLogManager"}}
+
+
 def dagster_instance(home: Home) -> dg.DagsterInstance:
-    """The home's Dagster instance (where the CLI's runs are recorded, beside the daemon's)."""
-    return dg.DagsterInstance.from_config(str(dagster_home(home)))
+    """The home's Dagster instance (where the CLI's runs are recorded, beside the daemon's), as its
+    dagster.yaml says but for the steps' captured output."""
+    from dagster._core.instance.ref import InstanceRef
+
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home(home)), overrides=_CLI_OVERRIDES))
 
 
 class CliDagster:
@@ -65,10 +75,16 @@ class CliDagster:
 
     def execute(self, job: str, tags: dict | None = None, run_config: dict | None = None,
                 selection: list[dg.AssetKey] | None = None) -> dg.ExecuteInProcessResult:
-        """Run `job` in this process, recorded on the instance and tagged as this home's CLI run."""
-        return self.defs.resolve_job_def(job).execute_in_process(
+        """Run `job` in this process, recorded on the instance and tagged as this home's CLI run. Ctrl-C
+        ends a step as a failure of Dagster's: it is raised again as the KeyboardInterrupt it was."""
+        result = self.defs.resolve_job_def(job).execute_in_process(
             instance=self.instance, tags={CLI_HOME_TAG: str(self.home.root), **(tags or {})},
             run_config={**_run_config(), **(run_config or {})}, asset_selection=selection, raise_on_error=False)
+        failure = _step_failure(result)
+        if failure and failure.step_failure_data.error and \
+                failure.step_failure_data.error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+            raise KeyboardInterrupt
+        return result
 
 
 @dataclass
@@ -127,14 +143,17 @@ def _step_failure(result: dg.ExecuteInProcessResult):
 
 def _rejected(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
     """The metadata of each batch the ingest step rejected (assets/ingest.py fails the step for them);
-    any other failure of the run fails `inorder run` with its message."""
+    none when the run failed only because its views were refused (`_report_projection` says so); any other
+    failure of the run fails `inorder run` with its message."""
     from assets.ingest import REJECTED_BATCHES
 
     failure = _step_failure(result)
     data = failure.step_failure_data.user_failure_data if failure else None
-    if data is None or REJECTED_BATCHES not in data.metadata:
-        raise RuntimeError(_user_error(result))
-    return data.metadata[REJECTED_BATCHES].value
+    if data is not None and REJECTED_BATCHES in data.metadata:
+        return data.metadata[REJECTED_BATCHES].value
+    if _only_refused(result):
+        return {}
+    raise RuntimeError(_user_error(result))
 
 
 def _fail_orphaned_runs(instance: dg.DagsterInstance, home: Home) -> None:
@@ -165,8 +184,35 @@ def run_through_dagster(home: Home, views, now: datetime | None) -> CliRun:
         if home.database.exists():  # views the store does not hold are refused before anything is written
             Store.open_read_only(home, views).close()
         return _run_through_dagster(CliDagster(home, views), now, started)
+    except KeyboardInterrupt:
+        raise RunInterrupted(_left_for_the_next_run(home, views)) from None
     finally:
         os.close(run_lock)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C ended an `inorder run`: its message says what the run left for the next one."""
+
+
+def _left_for_the_next_run(home: Home, views) -> str:
+    """What an interrupted run leaves (every write is whole or not made, so the store says it): the
+    batches archived that views still have to project, or nothing."""
+    from pipelines.engine.planning import entries_waiting
+    from pipelines.observe.status import plural
+    from pipelines.store.versions import read_versions
+
+    if not home.database.exists():
+        return f"nothing was archived; the next `inorder run` ingests the files in {home.landing}"
+    with Store.open_read_only(home) as store:
+        versions = read_versions(store.con, views)
+        waiting = entries_waiting(store, [v for v in views if not versions[v.name].refused])
+    if not waiting:
+        return f"every archived batch is projected; the next `inorder run` ingests what is new in {home.landing}"
+    batches = [batch for batch, _ in waiting]
+    names = batches[0] if len(batches) == 1 else f"{batches[0]} to {batches[-1]}"
+    them = "it" if len(batches) == 1 else "them"
+    return (f"{plural(len(batches), 'batch', 'batches')} archived but not yet projected ({names}, for "
+            f"{', '.join(sorted({v for _, todo in waiting for v in todo}))}); the next `inorder run` projects {them}")
 
 
 def _run_through_dagster(cli: CliDagster, now: datetime | None, started: float) -> CliRun:

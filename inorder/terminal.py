@@ -24,7 +24,9 @@ class _SayHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "dagster_meta", None) or {}
         message = meta.get("orig_message") or record.getMessage()
-        if meta.get("dagster_event") is None and not message.startswith(_SKIPPED_STEP):  # a step's context.log line
+        # a step's context.log line; its warnings and errors (a refused view, a publication that failed) are
+        # part of the run's result, which the command prints once, at its end
+        if meta.get("dagster_event") is None and not message.startswith(_SKIPPED_STEP) and record.levelno < logging.WARNING:
             say(message)
 
 

@@ -146,7 +146,6 @@ def _projectable(store: Store, selected: Sequence[View], stats: ProjectionStats,
             progress(f"view {view.name}: {version.describe()}; rebuilding it (on_change='rebuild')")
         elif version.refused:
             stats.refused[view.name] = version.refusal()
-            progress(version.refusal())
         else:
             projectable.append(view)
     return projectable

@@ -117,3 +117,67 @@ def test_a_run_failed_by_a_bug_under_on_bug_fail_names_its_cause_in_one_line(spa
 
     with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM inorder.watermarks").fetchone() == (0,)
+
+
+AUDIT_WITH_A_COLUMN = '''
+import dataclasses
+import tests.counts_views as counts
+(ACCOUNTS, TYPES) = counts.AUDIT.tables
+AUDIT = dataclasses.replace(counts.AUDIT, tables=(
+    dataclasses.replace(ACCOUNTS, columns={**ACCOUNTS.columns, "branch": "VARCHAR"}), TYPES))
+'''
+
+
+def _lines(home, name: str, *lines: str) -> None:
+    (home / "landing" / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def test_a_refused_view_exits_4_with_or_without_a_new_batch_and_ctrl_c_says_what_the_next_run_does(
+        spark, tmp_path, monkeypatch, capsys):
+    """Issue 33, finding 6: a view whose table changed is refused with exit status 4 whether or not a batch
+    is new, in one line printed once, with no Dagster internals; Ctrl-C ends a run with one line saying what
+    is archived and that the next `inorder run` projects it, which it then does."""
+    import signal
+
+    import pipelines.facade
+
+    home, code = tmp_path / "home", tmp_path / "code"
+    code.mkdir()
+    (code / "audit_as_it_was.py").write_text("from tests.counts_views import AUDIT\n")
+    (code / "audit_with_a_column.py").write_text(AUDIT_WITH_A_COLUMN)
+    monkeypatch.syspath_prepend(str(code))
+    _cli_home(monkeypatch, home, "audit_as_it_was")
+    _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
+    capsys.readouterr()
+
+    monkeypatch.setenv("INORDER_VIEWS", "audit_with_a_column")
+    for minute, batch in ((1, None), (2, "b2")):  # nothing new, then a new batch: the same refusal
+        if batch:
+            _lines(home, batch, dep("acct-1", 3, 10))
+        assert main(["run", "--now", f"2026-11-02T00:0{minute}:00Z"]) == 4, batch
+        err = capsys.readouterr().err
+        assert "dagster" not in err.lower() and "Traceback" not in err, err
+        refusals = [line for line in err.splitlines() if "column branch VARCHAR added" in line]
+        assert len(refusals) == 1 and refusals[0].startswith("inorder: view audit: table audit_accounts: "), err
+        assert "`inorder rebuild audit`" in refusals[0]
+
+    monkeypatch.setenv("INORDER_VIEWS", "audit_as_it_was")
+    _lines(home, "b3", dep("acct-1", 4, 10))
+
+    def ctrl_c_once_planned(name: str) -> None:  # what a terminal's Ctrl-C does to this process
+        if name == "project.planned":
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(pipelines.facade, "crash_point", ctrl_c_once_planned)
+    assert main(["run", "--now", "2026-11-02T00:03:00Z"]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "dagster" not in err.lower(), err
+    assert err.splitlines()[-1] == ("inorder: interrupted: 2 batches archived but not yet projected (b2 to b3, for "
+                                    "audit); the next `inorder run` projects them"), err
+    monkeypatch.setattr(pipelines.facade, "crash_point", lambda name: None)
+    assert main(["run", "--now", "2026-11-02T00:04:00Z"]) == 0
+    import duckdb
+
+    with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT account_id, deposits FROM audit_accounts").fetchall() == [("acct-1", 3)]

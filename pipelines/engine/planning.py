@@ -206,11 +206,16 @@ def _uncommitted(store: Store, names: list[str], layout: Layout) -> list[tuple]:
            GROUP BY ALL ORDER BY l.entry_idx""", [names]).fetchall()
 
 
+def entries_waiting(store: Store, views: Iterable[View]) -> list[tuple[str, list[str]]]:
+    """(batch id, the views that have it to do) of each archived entry other than a tick that some of the
+    views have not committed yet (what `plan_passes` would give them to project), in ingest order."""
+    return [(batch_id, todo) for _, batch_id, kind, *_, todo in _uncommitted(store, [v.name for v in views], LIVE)
+            if kind != "tick"]
+
+
 def views_waiting(store: Store, views: Iterable[View]) -> set[str]:
-    """The views that have an archived entry other than a tick not committed yet (what `plan_passes` would
-    give them to project), without cutting passes: a run's plan asks only this."""
-    return {view for _, _, kind, *_, todo in _uncommitted(store, [v.name for v in views], LIVE) if kind != "tick"
-            for view in todo}
+    """The views that have entries waiting, without cutting passes: a run's plan asks only this."""
+    return {view for _, todo in entries_waiting(store, views) for view in todo}
 
 
 def _entry_streams(kind: str, records: int, by_type: dict[str, StreamSketch] | None,
