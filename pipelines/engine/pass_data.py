@@ -1,6 +1,6 @@
 """The pass contract: what a pass's walk reads and writes, as named types and Arrow schemas.
 
-A pass crosses two boundaries: the driver's DuckDB → the executors' walk (`input_schema`), and the
+A pass crosses two boundaries: the driver's DuckDB → the executors' walk (the inputs, below), and the
 walk → the driver's commit, the publication, the run's figures and the in-memory test kit
 (`output_schema`, built from the records of a `PassOutput`). Both are typed columns: a view table's
 rows travel in the table's own column types (one struct column per view table, named by
@@ -195,22 +195,14 @@ class PassOutput:
 
 # -- the Arrow form -----------------------------------------------------------------------------------
 
-# The inputs, sorted by (stream_id, rec_type, view, entry_idx, line) before the walk. Every row has
-# `view` (None for a NEW message: its `views`), `stream_id`, `rec_type`, `entry_idx`, `line`.
-# - STATE: the watermark's fields (`stream_type` and WATERMARK_STATE_COLUMNS, all null for a stream with
-#   rows but no watermark), `skipped` (its logged gap ranges, in seq order), and per table of the view
-#   (`row_column`): a keyed table's rows of the stream (a list of `row_type`), an append table's newest row
-#   (a `row_type`, null for none);
+# The inputs (pipelines/engine/inputs.py writes them), sorted by (stream_id, rec_type, view, entry_idx, line)
+# before the walk. Every row has `view` (None for a NEW message: its `views`), `stream_id`, `rec_type`,
+# `entry_idx`, `line`.
+# - STATE: the watermark's fields (`stream_type`, `last_seq`, `blocked_at`, `blocked_since`, `parked`,
+#   `attempts`; all null for a stream with rows but no watermark), `skipped` (its logged gap ranges, in seq
+#   order), and per table of the view (`row_column`): a keyed table's rows of the stream (a list of
+#   `row_type`), an append table's newest row (a `row_type`, null for none);
 # - WALKED, PENDING and NEW: the message's fields (MESSAGE_SCHEMA's), NEW its `views` too.
-WATERMARK_STATE_COLUMNS = [("last_seq", pa.int64()), ("blocked_at", pa.int64()), ("blocked_since", UTC_MICROS),
-                           ("parked", pa.bool_()), ("attempts", pa.int64())]
-SKIPPED_TYPE = pa.list_(pa.struct([("first_missing", pa.int64()), ("last_missing", pa.int64())]))
-
-
-def state_fields(view: View) -> list[pa.Field]:
-    """A STATE row's columns of `view`'s tables (an aggregate table has none: handlers only add to it)."""
-    return [pa.field(row_column(view.name, t.name), pa.list_(row_type(t)) if t.kind == "keyed" else row_type(t))
-            for t in view.tables if t.kind != "aggregate"]
 
 
 # A message's columns, named after the fields of `Message` (its entry_idx as msg_entry_idx: a record's
