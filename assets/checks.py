@@ -17,8 +17,7 @@ from pipelines.view import View
 from assets.schedules import TICK_INTERVAL
 from resources import HomeResource
 
-NO_NEW_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_new_rejected_files")
-NO_UNROUTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_unrouted_records")
+NO_NEW_REJECTED, NO_UNROUTED = (dg.AssetCheckKey(dg.AssetKey("event_batches"), name) for name in checks.INGEST_CHECKS)
 
 
 def _metadata_value(value: object) -> dg.MetadataValue:
@@ -45,7 +44,7 @@ def check_result(outcome: CheckOutcome, **key: object) -> dg.AssetCheckResult:
 def _evaluated(view_check: ViewCheck, view: View, store: Store) -> dg.AssetCheckResult:
     key = {"asset_key": dg.AssetKey(view.name), "check_name": view_check.name}
     try:
-        return check_result(view_check.evaluate(store.con, view), **key)
+        return check_result(view_check.evaluate(store, view), **key)
     except Exception as error:  # the check could not be evaluated: it fails, with the reason
         return dg.AssetCheckResult(passed=False, description=f"the check raised {type(error).__name__}: {error}", **key)
 

@@ -15,6 +15,7 @@ import dagster as dg
 
 from assets.tags import CLI_HOME_TAG
 from inorder.terminal import PROGRESS_LOGGER
+from inorder.verdicts import dagster_folder
 from pipelines.spark.settings import debugging
 from pipelines.store.database import Home, Store, take_lock
 from resources import DEFAULT_LOCK_WAIT_SECONDS, HomeResource
@@ -37,9 +38,8 @@ telemetry:
 
 
 def dagster_home(home: Home) -> Path:
-    """The Dagster instance's folder: DAGSTER_HOME, by default under INORDER_HOME, with an instance config
-    made on first use."""
-    path = Path(os.environ.get("DAGSTER_HOME") or home.root / "dagster").resolve()
+    """The Dagster instance's folder (`dagster_folder`), with an instance config made on first use."""
+    path = dagster_folder(home)
     path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
     if not config.exists():

@@ -1,20 +1,22 @@
 """A test view beside the bank's (tests/test_counts.py): two tables, so a view's rows are counted per table,
-and a handler with a bug, so a stream parks and every retry of it logs one more error row. Its handlers
-run on Spark's Python workers, where this module is importable as `tests.counts_views`."""
+a handler with a bug, so a stream parks and every retry of it logs one more error row, and an expectation
+a busy account fails. Its handlers run on Spark's Python workers, where this module is importable as
+`tests.counts_views`."""
 
 from __future__ import annotations
 
-from pipelines.view import Table, View
+from pipelines.view import Table, View, between
 from tests.bank_classic_views import amount_of
 
 BUG_ABOVE = 1000  # a deposit over this reads a payload field that no message has: a KeyError, a bug
+MOST_DEPOSITS = 3  # an expectation that an account with more deposits fails (`inorder checks` names its writer)
 
 AUDIT = View(
     name="audit",
     tables=(Table("audit_accounts", {"account_id": "VARCHAR", "deposits": "BIGINT"}, ("account_id",),
                   stream_key="account_id"),
             Table("audit_types", {"event_type": "VARCHAR", "n": "BIGINT"}, ("event_type",), kind="aggregate")),
-    subscribes=("account",))
+    subscribes=("account",), expectations=(between("audit_accounts", "deposits", 0, MOST_DEPOSITS),))
 
 
 @AUDIT.handles("AccountOpened")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -195,6 +197,75 @@ def test_the_text_says_what_each_number_counts_and_fits_100_columns(scenario):
     assert summary.startswith(f"{every['total']:,} (view, stream) pairs ({every['distinct_streams']:,} distinct "
                               f"streams) cannot move on: {every['blocked']:,} blocked by a gap, "
                               f"{every['parked']:,} parked")
+
+
+def test_checks_says_each_checks_latest_verdict_and_the_message_behind_a_failing_row(scenario):
+    """Issue 33 item 5: `inorder checks` reads the verdicts the last run recorded, from the home's instance. audit's
+    expectation fails on acct-1 (4 deposits), whose newest applied deposit is the re-ingest's line 13."""
+    from assets.sensors import check_verdicts
+
+    env, status, _ = scenario
+    ((_, again, _),) = [tuple(r.values()) for r in status["reingested"]]
+    document = json.loads(inorder(env, "checks", "--json", code=6).stdout)  # 6: a check failed
+    instance = dg.DagsterInstance.from_config(str(Path(env["INORDER_HOME"]) / "dagster"))
+    (run,) = instance.get_runs(limit=1)  # the second `inorder run`, which evaluated every check
+    recorded = {f"{asset}.{check}": verdict for (asset, check), verdict in check_verdicts(instance, run.run_id).items()}
+    listed = {f"{c['asset']}.{c['check']}": c["verdict"] for c in document["checks"]}
+    assert listed == {name: verdict for name, verdict in recorded.items() if name != "event_batches.file_not_rejected"}
+    assert {k: document[k] for k in ("evaluated", "passed", "warned", "failed")} == {
+        "evaluated": True, **{v: list(listed.values()).count(v) for v in ("passed", "warned", "failed")}}
+    (expectations,) = [c for c in document["checks"] if (c["asset"], c["check"]) == ("audit", "expectations")]
+    assert (expectations["verdict"], expectations["severity"], expectations["run_id"]) == ("failed", "ERROR", run.run_id)
+    assert expectations["metadata"]["failing_row_writers"] == [
+        {"table": "audit_accounts", "expectation": "expect_column_values_to_be_between",
+         "row": "4 (account_id='acct-1')", "stream_id": "acct-1",
+         "applied": {"seq": 6, "event_type": "Deposited", "batch_id": again, "line": 13}}]
+    assert expectations["next_command"] == "(fix the handler that wrote them, or the expectation, then: inorder " \
+                                           "rebuild audit)"
+
+    text = inorder(env, "checks", "--view", "audit", code=6).stdout.splitlines()
+    assert text[0].startswith(f"audit: latest verdicts up to ") and text[0].endswith(f"(run {run.run_id})")
+    assert "  expectations: FAILED: 1 of 1 expectations of suite audit failed" in text
+    assert any(line.startswith("      | ✗ | expect_column_values_to_be_between | audit_accounts.deposits |")
+               for line in text)  # the GX results table
+    assert f"| acct-1 | seq 6 Deposited (batch {again}, line 13) |" in next(line for line in text if "acct-1" in line)
+    assert "    next: (fix the handler that wrote them, or the expectation, then: inorder rebuild audit)" in text
+    assert "  conservation: passed" in text and not any(line.startswith("event_batches") for line in text)
+    assert text[-1].startswith("checks: ") and "(failed: audit.expectations" in text[-1]
+    # a read command: Dagster's instance, and neither Spark nor Great Expectations
+    imported = subprocess.run([sys.executable, "-c", "import sys\nfrom inorder.cli import main\ntry: main(['checks'])\n"
+                               "finally: print(sorted(m for m in ('dagster', 'pyspark', 'great_expectations') "
+                               "if m in sys.modules))"], env=env, capture_output=True, text=True, check=False)
+    assert imported.stdout.splitlines()[-1] == "['dagster']", imported.stdout + imported.stderr
+
+
+def test_checks_on_a_home_no_run_has_checked_says_so(tmp_path):
+    env = environment(tmp_path / "home")
+    inorder(env, "init", str(tmp_path / "home"))
+    assert inorder(env, "checks").stdout == (f"no check has been evaluated on {tmp_path / 'home'} yet: `inorder run` "
+                                             "evaluates every check after it projects\n")
+    document = as_json(env, "checks")
+    assert (document["evaluated"], document["failed"]) == (False, 0)
+    assert {c["verdict"] for c in document["checks"]} == {None} and not (tmp_path / "home" / "dagster").exists()
+
+
+def test_errors_of_one_stream_and_one_row_whole(scenario):
+    """Issue 33 item 7: `--stream` filters; `--id` shows a row with its payload, traceback and reason."""
+    env, _, _ = scenario
+    every = as_json(env, "errors", "--limit", "100000")["errors"]
+    acct3 = as_json(env, "errors", "--stream", "acct-3", "--limit", "100000")
+    assert acct3["errors"] == [e for e in every if e["stream_id"] == "acct-3"] and acct3["total"] == 2  # the bug, twice
+    bug = acct3["errors"][0]
+    whole = as_json(env, "errors", "--id", str(bug["error_id"]))
+    assert {k: whole[k] for k in bug if k != "logged_at"} == {k: v for k, v in bug.items() if k != "logged_at"}
+    assert json.loads(whole["payload"]) == {"amount": 5000} and whole["exception_type"] == "KeyError"
+    assert whole["traceback"].rstrip().endswith("KeyError: 'currency'")
+    text = inorder(env, "errors", "--id", str(bug["error_id"])).stdout.splitlines()
+    assert f"error_id: {bug['error_id']}" in text and f"reason: {bug['reason']}" in text
+    assert f"payload: {whole['payload']}" in text and "traceback:" in text
+    assert "    KeyError: 'currency'" in text[text.index("traceback:"):]  # its lines, indented under its name
+    missing = inorder(env, "errors", "--id", "987654", code=1).stderr.splitlines()[-1]  # after the views' notes
+    assert missing == "inorder: error: no error log row with id 987654 (`inorder errors` lists them, the id first)"
 
 
 def test_a_rebuild_warns_of_parked_streams_without_calling_it_a_failure_and_keeps_each_errors_key(scenario):

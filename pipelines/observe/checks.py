@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from functools import partial
+from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 import duckdb
 
-from pipelines.observe.expectations import suite_markdown, validate_suite
+from pipelines.observe.expectations import SuiteResult, sample_row, suite_markdown, validate_suite
 from pipelines.observe.health import (REASON_HEADER, Reason, Severity, Verdict, Window, duplicate_keys, judge_bugs,
                               judge_rate, newest_entry, overdue_streams, parked_reasons, parked_streams,
                               recent_windows, rejected_after, timer_clock, top_reasons, unrouted_after)
@@ -24,6 +25,7 @@ from pipelines.observe.markdown import markdown_table
 from pipelines.serve.publish import read_positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types
 from pipelines.observe.status import read_status
+from pipelines.store.database import Store
 from pipelines.view import Thresholds, View
 
 SAMPLE = 5
@@ -42,7 +44,8 @@ class CheckOutcome(NamedTuple):
     severity: Severity = "ERROR"  # how a check that did not pass counts: a failure, or a warning
 
 
-Evaluate = Callable[[duckdb.DuckDBPyConnection, View], CheckOutcome]
+OnTables = Callable[[duckdb.DuckDBPyConnection, View], CheckOutcome]  # a check that reads the store's tables
+Evaluate = Callable[[Store, View], CheckOutcome]  # ... or its archive too
 
 
 class ViewCheck(NamedTuple):
@@ -52,13 +55,115 @@ class ViewCheck(NamedTuple):
     blocking: bool = False
 
 
-def expectations(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
+def _on_tables(name: str, describe: Callable[[View], str], evaluate: OnTables, blocking: bool = False) -> ViewCheck:
+    return ViewCheck(name, describe, lambda store, view: evaluate(store.con, view), blocking)
+
+
+def expectations(con: duckdb.DuckDBPyConnection, view: View,
+                 archived: Callable[[int], Path] | None = None) -> CheckOutcome:
+    """The view's suite. With `archived` (where the home archives an entry's messages), its failing rows name
+    their stream and the newest message that stream applied (`last_applied`), and the next step."""
     suite = validate_suite(con, view)
     failures = suite.failures
-    return CheckOutcome(not failures, {
+    metadata: dict[str, object] = {
         "suite": suite.suite, "results": Markdown(suite_markdown(suite)), "expectations": len(suite.results),
-        "failed": len(failures), "failures": failures,
-    }, None if not failures else f"{len(failures)} of {len(suite.results)} expectations of suite {suite.suite} failed")
+        "failed": len(failures), "failures": failures}
+    if failures and archived is not None:
+        rows = failing_rows(con, archived, view, suite)
+        metadata |= {"failing_rows": Markdown(markdown_table(FAILING_ROWS_HEADER, [r.cells() for r in rows])),
+                     "failing_row_writers": [r.as_json() for r in rows],
+                     "next_command": f"(fix the handler that wrote them, or the expectation, then: inorder rebuild "
+                                     f"{view.name})"}
+    return CheckOutcome(not failures, metadata, None if not failures else
+                        f"{len(failures)} of {len(suite.results)} expectations of suite {suite.suite} failed")
+
+
+class Applied(NamedTuple):
+    """The newest message a view applied to a stream: no later message of the stream wrote its rows."""
+
+    seq: int
+    event_type: str
+    batch_id: str
+    line: int
+
+    def describe(self) -> str:
+        return f"seq {self.seq} {self.event_type} (batch {self.batch_id}, line {self.line})"
+
+
+def last_applied(con: duckdb.DuckDBPyConnection, archived: Callable[[int], Path], view: View,
+                 stream_ids: Sequence[str]) -> dict[str, Applied]:
+    """The newest message the view applied to each stream: at or below its watermark, the first copy the archive
+    holds of its seq (a later one was a duplicate or a conflict), of an event type the view handles, neither in
+    a gap the stream skipped (its copy came late) nor logged as a handler_error (not applied; one a retry
+    applied later is passed over too). The store does not record which message wrote a row, so this is the
+    last one that can have. Reads only the archived batches that hold a copy of these streams' walked seqs
+    (`inorder.ingest_seq_ranges`), for the few streams a check samples."""
+    if not stream_ids or not view.handlers:
+        return {}
+    streams = "SELECT unnest(?::VARCHAR[])"
+    walked = (f"JOIN inorder.watermarks w ON w.view = ? AND w.stream_id = {{s}}.stream_id AND w.stream_id IN "
+              f"({streams})")
+    entries = con.execute(f"SELECT DISTINCT i.entry_idx FROM inorder.ingest_seq_ranges i "
+                          f"{walked.format(s='i')} AND i.min_seq <= w.last_seq ORDER BY 1",
+                          [view.name, list(stream_ids)]).fetchall()
+    files = [str(path) for (entry,) in entries if (path := archived(entry)).exists()]
+    if not files:
+        return {}
+    rows = con.execute(f"""
+        WITH first_copy AS (
+            SELECT a.stream_id, a.seq, a.event_type, a.batch_id, a.line FROM read_parquet(?) a
+            {walked.format(s='a')} AND a.seq <= w.last_seq
+            WHERE a.stream_type IN (SELECT unnest(?::VARCHAR[]))
+            QUALIFY row_number() OVER (PARTITION BY a.stream_id, a.seq ORDER BY a.entry_idx, a.line) = 1)
+        SELECT f.* FROM first_copy f
+        WHERE f.event_type IN (SELECT unnest(?::VARCHAR[]))
+          AND NOT EXISTS (SELECT 1 FROM inorder.errors e WHERE e.view = ? AND e.kind = 'handler_error'
+                          AND e.stream_id = f.stream_id AND e.seq = f.seq)
+          AND NOT EXISTS (SELECT 1 FROM inorder.gaps g WHERE g.view = ? AND g.stream_id = f.stream_id
+                          AND f.seq BETWEEN g.first_missing AND g.last_missing)
+        QUALIFY row_number() OVER (PARTITION BY f.stream_id ORDER BY f.seq DESC) = 1""",
+        [files, view.name, list(stream_ids), list(view.subscribes), list(view.handlers), view.name,
+         view.name]).fetchall()
+    return {stream: Applied(seq, event_type, batch_id, line) for stream, seq, event_type, batch_id, line in rows}
+
+
+FAILING_ROWS_HEADER = ("table", "expectation", "row (keys)", "stream", "its newest applied message")
+
+
+class FailingRow(NamedTuple):
+    """A sampled row of a failing expectation, its stream (None in an aggregate table, whose rows every stream
+    shares, or when only its value is known), and the newest message that stream applied."""
+
+    table: str
+    expectation: str
+    row: str
+    stream_id: str | None
+    applied: Applied | None
+
+    def cells(self) -> tuple:
+        written = (self.applied.describe() if self.applied else "none applied") if self.stream_id else \
+            "no one stream's (an aggregate row, or only its value is known)"
+        return self.table, self.expectation, self.row, self.stream_id, written
+
+    def as_json(self) -> dict:
+        return {"table": self.table, "expectation": self.expectation, "row": self.row, "stream_id": self.stream_id,
+                "applied": self.applied._asdict() if self.applied else None}
+
+
+def failing_rows(con: duckdb.DuckDBPyConnection, archived: Callable[[int], Path], view: View,
+                 suite: SuiteResult) -> list[FailingRow]:
+    """The failing expectations' sampled rows (at most 5 each), with the newest message their stream applied."""
+    tables = {table.name: table for table in view.tables}
+    sampled = []
+    for result in suite.results:
+        columns = result.kwargs.get("column_list") or [result.kwargs.get("column")]
+        stream_key = tables[result.table].stream_key
+        for found in result.sample_rows:
+            stream = str(found[stream_key]) if stream_key in found else None
+            sampled.append((result, sample_row(found, columns), stream))
+    applied = last_applied(con, archived, view, sorted({stream for *_, stream in sampled if stream is not None}))
+    return [FailingRow(result.table, result.type, row, stream, applied.get(stream) if stream else None)
+            for result, row, stream in sampled]
 
 
 def conservation(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
@@ -205,33 +310,39 @@ def view_checks(tick_interval: timedelta) -> tuple[ViewCheck, ...]:
     """Every view's checks, in the order they are evaluated; `tick_interval` is the tick schedule's."""
     return (
         ViewCheck("expectations", lambda view: f"The Great Expectations suite of {view.name}'s declared "
-                  "expectations, evaluated in DuckDB SQL (no table is loaded whole into pandas)", expectations),
-        ViewCheck("conservation", lambda view: "selected = applied + ignored + handler_error + duplicate + late + "
-                  "conflict + pending, and records = malformed + normalised per batch", conservation, blocking=True),
-        ViewCheck("watermarks_never_move_back", lambda view: "No stream's last_seq is below the value it had "
-                  "before its latest commit", watermarks_never_move_back),
-        ViewCheck("keys_unique", lambda view: "No key occurs twice: a stream's watermark, its buffered seqs, and the "
-                  "primary key of each keyed and append table (these carry no PRIMARY KEY: the commit keeps them "
-                  "unique)", keys_unique),
-        ViewCheck("published", lambda view: "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it "
-                  "after its newest commit; passes with nothing to check when publishing is not configured",
-                  published),
-        ViewCheck("reject_rate", partial(_describe_rate, "reject", "refused by a handler (`Reject`: business "
-                  "refusals, expected at some rate)"), partial(rate, "reject", "handler_error")),
-        ViewCheck("late_rate", partial(_describe_rate, "late", "late (after their gap was skipped)"),
-                  partial(rate, "late", "late")),
-        ViewCheck("no_handler_bugs", lambda view: "No message failed on a bug in the view's handlers (an exception "
-                  "other than `Reject`) in the last run or the last 24 h of logical time: a bug is never normal, "
-                  "one fails", no_handler_bugs),
-        ViewCheck("no_overdue_blocked_streams", lambda view: f"No stream blocked past its gap_timeout "
-                  f"({view.gap_timeout:g}s) with its timer unfired, by logical time (the newest entry's): a timer "
-                  "that is not due there never fails. A home whose runs take their time from the clock is judged "
-                  f"by the wall clock too, less the tick interval ({tick_interval.total_seconds():g}s): there, a "
-                  "timer that should have fired and did not says the tick schedule is not running",
-                  partial(no_overdue_blocked_streams, tick_interval)),
-        ViewCheck("no_parked_streams", lambda view: "No stream parked by a handler error, waiting for `inorder "
-                  "retry` or `inorder skip` (warns)", no_parked_streams),
+                  "expectations, evaluated in DuckDB SQL (no table is loaded whole into pandas); a failing row "
+                  "names its stream and the newest message that stream applied",
+                  lambda store, view: expectations(store.con, view, store.home.archived)),
+        _on_tables("conservation", lambda view: "selected = applied + ignored + handler_error + duplicate + late + "
+                   "conflict + pending, and records = malformed + normalised per batch", conservation, blocking=True),
+        _on_tables("watermarks_never_move_back", lambda view: "No stream's last_seq is below the value it had "
+                   "before its latest commit", watermarks_never_move_back),
+        _on_tables("keys_unique", lambda view: "No key occurs twice: a stream's watermark, its buffered seqs, and the "
+                   "primary key of each keyed and append table (these carry no PRIMARY KEY: the commit keeps them "
+                   "unique)", keys_unique),
+        _on_tables("published", lambda view: "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it "
+                   "after its newest commit; passes with nothing to check when publishing is not configured",
+                   published),
+        _on_tables("reject_rate", partial(_describe_rate, "reject", "refused by a handler (`Reject`: business "
+                   "refusals, expected at some rate)"), partial(rate, "reject", "handler_error")),
+        _on_tables("late_rate", partial(_describe_rate, "late", "late (after their gap was skipped)"),
+                   partial(rate, "late", "late")),
+        _on_tables("no_handler_bugs", lambda view: "No message failed on a bug in the view's handlers (an exception "
+                   "other than `Reject`) in the last run or the last 24 h of logical time: a bug is never normal, "
+                   "one fails", no_handler_bugs),
+        _on_tables("no_overdue_blocked_streams", lambda view: f"No stream blocked past its gap_timeout "
+                   f"({view.gap_timeout:g}s) with its timer unfired, by logical time (the newest entry's): a timer "
+                   "that is not due there never fails. A home whose runs take their time from the clock is judged "
+                   f"by the wall clock too, less the tick interval ({tick_interval.total_seconds():g}s): there, a "
+                   "timer that should have fired and did not says the tick schedule is not running",
+                   partial(no_overdue_blocked_streams, tick_interval)),
+        _on_tables("no_parked_streams", lambda view: "No stream parked by a handler error, waiting for `inorder "
+                   "retry` or `inorder skip` (warns)", no_parked_streams),
     )
+
+
+VIEW_CHECKS = tuple(check.name for check in view_checks(timedelta(0)))  # every view's (no tick interval names one)
+INGEST_CHECKS = ("no_new_rejected_files", "no_unrouted_records")  # `event_batches`' checks of the whole ingest log
 
 
 def no_new_rejected_files(con: duckdb.DuckDBPyConnection, after: int) -> CheckOutcome:

@@ -479,12 +479,12 @@ def suite_markdown(suite: SuiteResult) -> str:
         percent = None if r.unexpected_percent is None else f"{r.unexpected_percent:.2f} %"
         return ("✓" if r.success else "✗", r.type, f"{r.table}.{'+'.join(map(str, columns))}", kwargs or None,
                 "could not be evaluated" if r.unexpected_count is None else r.unexpected_count, percent,
-                "; ".join(_sample_row(found, columns) for found in r.sample_rows) or None)
+                "; ".join(sample_row(found, columns) for found in r.sample_rows) or None)
     return markdown_table(SUITE_HEADER, [row(r) for r in suite.results], width=600) if suite.results \
         else "no expectations declared"
 
 
-def _sample_row(found: dict, columns: list[str]) -> str:
+def sample_row(found: dict, columns: list[str]) -> str:
     """A failing row: its failing values, typed (6, -5.00, '6', NULL), then its keys."""
     values = ", ".join(_typed(found[c]) for c in columns)
     keys = ", ".join(f"{k}={_typed(v)}" for k, v in found.items() if k not in columns)

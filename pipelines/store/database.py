@@ -15,7 +15,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from enum import StrEnum
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -35,27 +34,6 @@ TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_l
                               "pass_prev", "pass_out", "inorder_ingested", "pass_watermarks", "pass_skipped",
                               "pass_resent", "pass_resent_seqs", "pass_walked"})
 RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
-
-
-
-class Outcome(StrEnum):
-    """What a pass counts per (view, entry), each value the ledger column (`inorder.batches`) it is summed in:
-    the messages `selected`, what each one came to (`OUTCOME_COLUMNS`; a selected message with none of them
-    is still pending), and the gap ranges skipped. Their order is the ledger's."""
-
-    SELECTED = "selected"
-    APPLIED = "applied"
-    IGNORED = "ignored"
-    HANDLER_ERROR = "handler_error"
-    DUPLICATE = "duplicate"
-    LATE = "late"
-    CONFLICT = "conflict"
-    GAPS_SKIPPED = "gaps_skipped"
-
-
-# every count of a pass, by name, in the ledger's order; and the outcomes a selected message ends in
-COUNTED = tuple(o.value for o in Outcome)
-OUTCOME_COLUMNS = tuple(o.value for o in Outcome if o not in (Outcome.SELECTED, Outcome.GAPS_SKIPPED))
 
 
 class StoreBusy(RuntimeError):
@@ -259,6 +237,11 @@ class Store:
         self._home = home
         self._read_only = read_only
         self.versions: dict[str, ViewVersion] = {}  # the views' code against what built their rows (a writer's)
+
+    @property
+    def home(self) -> Home:
+        """The home whose store this is (its archive, for a check that reads archived messages)."""
+        return self._home
 
     @classmethod
     def open(cls, home: Home, views: Iterable[View], adding: Iterable[str] = ()) -> "Store":
