@@ -17,7 +17,8 @@ from pipelines.serve.publish import Positions, Publication, read_positions
 from pipelines.facade import ProjectionStats, operator_action, project_views, publish, rebuild
 from pipelines.observe.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
-from pipelines.store.database import COUNTED, Home, Store
+from pipelines.store.database import Home, Store
+from pipelines.engine.outcomes import COUNTED
 from pipelines.store.versions import fingerprint
 from pipelines.view import View
 from resources import HomeResource, SparkResource

@@ -21,7 +21,8 @@ from pipelines.engine.normalise import InspectedBatch, RejectedFile, SourceMappi
 from pipelines.engine.order import HandlerBugFailure, NotParked, PassEntry
 from pipelines.engine.rules import running_pending
 from pipelines.message import Message
-from pipelines.store.database import OUTCOME_COLUMNS, us_from_utc
+from pipelines.store.database import us_from_utc
+from pipelines.engine.outcomes import OUTCOME_COLUMNS
 from pipelines.testing import ViewState
 from pipelines.view import View
 

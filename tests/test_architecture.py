@@ -98,3 +98,29 @@ def test_no_function_outside_the_tests_is_over_60_lines():
                         node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
                     long.add((path.relative_to(ROOT).as_posix(), node.name))
     assert long == LONG_FUNCTIONS_ALLOWED
+
+
+# the walk runs in Spark's Python workers: neither the store nor DuckDB is there to import
+WALK = ("pipelines.engine.order", "pipelines.engine.apply", "pipelines.engine.rules", "pipelines.engine.executor")
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_walk_imports_neither_the_store_nor_duckdb():
+    known, edges, reached = modules(), graph(), set()
+    todo = list(WALK)
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(d for d in edges.get(module, ()) if d in known)
+    assert sorted(m for m in reached if m.startswith("pipelines.store")) == []
+    assert sorted(m for m in reached if "duckdb" in _top_level_imports(known[m])) == []

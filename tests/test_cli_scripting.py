@@ -20,7 +20,7 @@ import pytest
 from pipelines.registry import load_views
 from pipelines.spark.session import stage_progress
 from pipelines.observe.status import blocked_streams, blocked_streams_markdown
-from pipelines.store.database import OUTCOME_COLUMNS
+from pipelines.engine.outcomes import OUTCOME_COLUMNS
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"

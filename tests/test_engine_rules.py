@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipelines.engine.inputs import DUE_BUFFERS
 from pipelines.engine.rules import buffer_is_due, running_pending
-from pipelines.store.database import OUTCOME_COLUMNS
+from pipelines.engine.outcomes import OUTCOME_COLUMNS
 
 T0_US = 1_767_225_600_000_000  # 2026-01-01 UTC, in microseconds
 times = st.integers(T0_US - 6, T0_US + 2)  # close enough that a timer falls due exactly at the pass's time

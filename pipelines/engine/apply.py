@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from pipelines import faults
 from pipelines.faults import crash_point
-from pipelines.store.database import Outcome
+from pipelines.engine.outcomes import Outcome
 from pipelines.view import H, Event, Table, View
 
 # what `apply` returns: outcomes as plain strings (the walk counts by them per message)

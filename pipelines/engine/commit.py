@@ -16,7 +16,8 @@ from pipelines.engine.planning import PassPlan
 from pipelines.engine.rules import running_pending
 from pipelines.store.layout import LIVE, Layout
 from pipelines.engine.pass_data import OutputKind, row_column
-from pipelines.store.database import COUNTED, OUTCOME_COLUMNS, Outcome, Store
+from pipelines.store.database import Store
+from pipelines.engine.outcomes import COUNTED, Outcome, OUTCOME_COLUMNS
 from pipelines.store.versions import record_projection
 from pipelines.view import Table, View
 

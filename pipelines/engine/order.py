@@ -16,7 +16,7 @@ from pipelines.faults import crash_point
 from pipelines.message import Event, Message
 from pipelines.engine.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
                                  WatermarkRecord)
-from pipelines.store.database import Outcome
+from pipelines.engine.outcomes import Outcome
 from pipelines.view import Reject, View
 
 # the walk's counts besides a handler's outcomes (pipelines/engine/apply.py), as plain strings; a late or

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Mapping
 
-from pipelines.store.database import OUTCOME_COLUMNS
+from pipelines.engine.outcomes import OUTCOME_COLUMNS
 
 
 def buffer_is_due(pending_count: int, parked: bool, blocked_since_us: int | None, gap_timeout_us: int,

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from pipelines.engine.output import WALKED_METRIC
 from pipelines.engine.pass_data import OutputKind
-from pipelines.store.database import Outcome
+from pipelines.engine.outcomes import Outcome
 
 
 @dataclass

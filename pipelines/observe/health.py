@@ -12,7 +12,8 @@ import duckdb
 
 from pipelines.engine.ingest import archive_path
 from pipelines.engine.routing import unrouted
-from pipelines.store.database import COUNTED, OUTCOME_COLUMNS, Home, Outcome, us_from_utc
+from pipelines.store.database import Home, us_from_utc
+from pipelines.engine.outcomes import COUNTED, Outcome, OUTCOME_COLUMNS
 from pipelines.store.layout import LIVE, uncommitted
 from pipelines.view import Thresholds, View
 
