@@ -207,6 +207,7 @@ RUN_VIEW_COUNTS = (*COUNTED, "streams_touched")
 REFUSED_EXIT = 4  # `inorder run` projected the other views, but refused some whose tables changed
 WRONG_VIEWS_EXIT = 5  # INORDER_VIEWS names none of the store's views, or would add views to it
 INTERRUPTED_EXIT = 130  # Ctrl-C, as a shell reports SIGINT
+FAILED_CHECKS_EXIT = 6  # `inorder checks`: a check's latest verdict is a failure (a warning is none)
 
 
 def _run_document(report: CliRun) -> dict:
@@ -368,18 +369,44 @@ def _print_listing(args: argparse.Namespace, counts: dict[str, int], key: str, r
 def cmd_errors(args: argparse.Namespace) -> None:
     from pipelines.observe.status import ERROR_HEADER, read_errors
 
+    if args.id is not None:
+        return _print_error_row(args)
     _known_view(args.view)
     with _store() as store:
         if args.batch is not None and not store.con.execute(
                 "SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?", [args.batch]).fetchone()[0]:
             raise LookupError(f"no batch {args.batch!r} in the ingest log (`inorder status` lists the batches)")
-        log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit, args.superseded)
+        log = read_errors(store.con, args.view, args.kind, args.batch, args.since, args.limit, args.superseded,
+                          stream_id=args.stream)
     summary = f"{plural(log.total, 'error log row')} (a parked message logs one per failed attempt)"
     if log.superseded:
         summary += (f"; {plural(log.superseded, 'malformed row')} a re-ingest superseded "
                     + ("among them" if args.superseded else "left out (--superseded lists them)"))
     _print_listing(args, {"total": log.total, "superseded": log.superseded}, "errors", log.newest, ERROR_HEADER,
                    summary, "newest first")
+
+
+def _print_error_row(args: argparse.Namespace) -> None:
+    """`inorder errors --id N`: the row whole, a column a line; a value of several lines (a traceback, a
+    malformed record's text) indented under its column's name."""
+    from pipelines.observe.status import read_error
+
+    with _store() as store:
+        row = read_error(store.con, args.id)
+    if row is None:
+        raise LookupError(f"no error log row with id {args.id} (`inorder errors` lists them, the id first)")
+    if args.json:
+        _print_json(row)
+        return
+    for column, value in row.items():
+        if value is None:
+            continue
+        text = value.isoformat() if isinstance(value, datetime) else str(value)
+        if "\n" in text.strip():
+            print(f"{column}:")
+            print("\n".join(f"    {line}" for line in text.rstrip().splitlines()))
+        else:
+            print(f"{column}: {text}")
 
 
 def cmd_pending(args: argparse.Namespace) -> None:
@@ -440,6 +467,29 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     print(f"rebuilt {args.view}: {plural(done.metadata.get('rebuild/entries_replayed', 0), 'entry', 'entries')} "
           f"replayed in {plural(done.metadata.get('rebuild/passes', 0), 'pass', 'passes')} and swapped in, "
           f"{time.perf_counter() - started:.1f}s; {describe_checks(done.checks)}")
+
+
+def cmd_checks(args: argparse.Namespace) -> None:
+    """The latest verdict of every check of the home's views (or of --view) and of its ingest log, as the home's
+    Dagster instance recorded them; exit FAILED_CHECKS_EXIT when one of them failed."""
+    from inorder.verdicts import format_verdicts, latest_verdicts
+
+    home, views = _store_views()
+    _known_view(args.view)
+    verdicts = latest_verdicts(home, [args.view] if args.view else [view.name for view in views],
+                               ingest_log=args.view is None)
+    named = {f"{v.asset}.{v.check}": v.verdict for v in verdicts if v.verdict}
+    if args.json:
+        _print_json({"evaluated": bool(named), **{verdict: sum(v == verdict for v in named.values())
+                                                 for verdict in ("passed", "warned", "failed")},
+                     "checks": [v.document() for v in verdicts]})
+    elif not named:
+        print(f"no check has been evaluated on {home.root} yet: `inorder run` evaluates every check after it projects")
+    else:
+        print("\n".join(format_verdicts(verdicts)))
+        print(describe_checks(named))
+    if "failed" in named.values():
+        sys.exit(FAILED_CHECKS_EXIT)
 
 
 def describe_checks(checks: dict[str, str]) -> str:
@@ -603,6 +653,10 @@ def _reading_commands(command, as_json: dict) -> None:
     e.add_argument("--view", help="only the errors of this view (default: every view, and malformed records)")
     e.add_argument("--kind", choices=ERROR_KINDS, help="only errors of this kind (default: every kind)")
     e.add_argument("--batch", metavar="BATCH_ID", help="only the errors of this batch")
+    e.add_argument("--stream", metavar="STREAM_ID", help="only the errors of this stream")
+    e.add_argument("--id", type=_count, metavar="N",
+                   help="show the row with this id (the listing's first column) whole: its payload, raw text, "
+                        "traceback and reason; the other filters do not apply")
     e.add_argument("--since", type=_iso_time, metavar="ISO8601",
                    help="only errors logged at or after this logical time")
     e.add_argument("--limit", type=_count, default=100, help="show at most this many (default 100)")
@@ -610,6 +664,11 @@ def _reading_commands(command, as_json: dict) -> None:
                    help="also list the malformed rows a re-ingest superseded (left out by default)")
     e.add_argument("--json", **as_json)
     e.set_defaults(func=cmd_errors)
+    c = command("checks", help="the latest verdict of every check: reasons, the GX results table, the next "
+                               f"command (exit {FAILED_CHECKS_EXIT} when one failed)")
+    c.add_argument("--view", help="only this view's checks (default: every view's, and the ingest log's)")
+    c.add_argument("--json", **as_json)
+    c.set_defaults(func=cmd_checks)
     n = command("pending", help="blocked and parked streams, oldest blocked first")
     n.add_argument("--view", help="only this view's streams (default: every view's)")
     n.add_argument("--limit", type=_count, default=20, help="show at most this many (default 20)")

@@ -167,13 +167,13 @@ class ErrorLog(NamedTuple):
 
 def read_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, kind: str | None = None,
                 batch_id: str | None = None, since: datetime | None = None, limit: int = 100,
-                superseded: bool = False) -> ErrorLog:
-    """The error log, newest first, filtered by view, kind, batch and logged_at >= `since`. The malformed rows
-    a re-ingest superseded no longer count (`status` counts their lines under the re-ingest): they are left
+                superseded: bool = False, stream_id: str | None = None) -> ErrorLog:
+    """The error log, newest first, filtered by view, kind, batch, stream and logged_at >= `since`. The malformed
+    rows a re-ingest superseded no longer count (`status` counts their lines under the re-ingest): they are left
     out, and counted apart, unless `superseded` asks for them."""
     where = ("(? IS NULL OR view = ?) AND (? IS NULL OR kind = ?) AND (? IS NULL OR batch_id = ?) "
-             "AND (?::TIMESTAMPTZ IS NULL OR logged_at >= ?::TIMESTAMPTZ)")
-    params = [view, view, kind, kind, batch_id, batch_id, since, since]
+             "AND (? IS NULL OR stream_id = ?) AND (?::TIMESTAMPTZ IS NULL OR logged_at >= ?::TIMESTAMPTZ)")
+    params = [view, view, kind, kind, batch_id, batch_id, stream_id, stream_id, since, since]
     counting, hidden = con.execute(
         "SELECT count(*) FILTER (WHERE superseded_by IS NULL), count(superseded_by) "
         f"FROM inorder.errors WHERE {where}", params).fetchone()
@@ -182,6 +182,13 @@ def read_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, kind: s
         f"coalesce(reason, message, ''), superseded_by FROM inorder.errors WHERE {where} "
         "AND (? OR superseded_by IS NULL) ORDER BY error_id DESC LIMIT ?", [*params, superseded, limit]).fetchall()
     return ErrorLog(counting + hidden if superseded else counting, [ErrorRow(*row) for row in rows], hidden)
+
+
+def read_error(con: duckdb.DuckDBPyConnection, error_id: int) -> dict[str, object] | None:
+    """One row of the error log whole, every column of `inorder.errors` (payload, raw text, traceback…), or None."""
+    cursor = con.execute("SELECT * FROM inorder.errors WHERE error_id = ?", [error_id])
+    row = cursor.fetchone()
+    return None if row is None else dict(zip((d[0] for d in cursor.description), row))
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -238,6 +238,11 @@ class Store:
         self._read_only = read_only
         self.versions: dict[str, ViewVersion] = {}  # the views' code against what built their rows (a writer's)
 
+    @property
+    def home(self) -> Home:
+        """The home whose store this is (its archive, for a check that reads archived messages)."""
+        return self._home
+
     @classmethod
     def open(cls, home: Home, views: Iterable[View], adding: Iterable[str] = ()) -> "Store":
         """Take the writer lock (waiting up to `home.lock_wait_seconds`) and open the store. Views the store
