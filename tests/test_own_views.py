@@ -145,3 +145,8 @@ def test_the_readme_tutorial_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"^carrier\s+1\s+2\s+2\s", done.stdout, re.M), done.stdout  # 1 stream, 2 selected, 2 applied
     assert "0 error log rows" in done.stdout and "unrouted: none (the views subscribe to shipment)" in done.stdout
+    assert re.search(r"^checks: (\d+) of \1 passed$", done.stdout, re.M), done.stdout  # `inorder checks`: all green
+    # a later shell: the home recorded its views (`init --views`), so INORDER_HOME and PYTHONPATH are enough
+    later = subprocess.run([INORDER, "status"], capture_output=True, text=True, timeout=300, env={
+        **shell_env, "INORDER_HOME": str(user / "carrier" / ".inorder"), "PYTHONPATH": str(user / "carrier")})
+    assert later.returncode == 0 and re.search(r"^carrier\s+1\s+2\s+2\s", later.stdout, re.M), later.stderr
