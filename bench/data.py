@@ -119,7 +119,7 @@ def _account_events(path: Path, stream_ids: range, seqs: range) -> None:
 
 
 def wide_batches(cache: Path, streams: int) -> tuple[Path, Path]:
-    """The wide pass's inputs (bench/side_by_side.py, bench/commit_keys.py): `streams` accounts with
+    """The wide pass's inputs (bench/studies/side_by_side.py): `streams` accounts with
     seq 1–2 (the store), then seq 3 for every one of them (the pass)."""
     folder = cache / f"wide-{streams}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ TARGETS = {
     "freshness_cli_cold_s": ("<=", 12.0),
     "freshness_dagster_s": ("<=", 10.0),
     "state_peer_ratio": (">=", 2.0),
-    # issue 22, side by side with c8cd829 (bench/side_by_side.py): new / old, and the new side's driver
+    # issue 22, side by side with c8cd829 (bench/studies/side_by_side.py): new / old, and the new side's driver
     "wide_pass_1m_ratio": ("<=", 0.3),
     "wide_pass_600k_ratio": ("<=", 0.5),
     "wide_pass_driver_rss_gib": ("<=", 1.0),

@@ -45,13 +45,13 @@ def test_bench_quick_writes_every_case(tmp_path: Path) -> None:
 
 
 def test_side_by_side_runs_both_checkouts_and_compares_their_stores(tmp_path: Path) -> None:
-    """bench/side_by_side.py (wide_pass, store_growth) on local[*] and the loopback cluster, the old side a
-    worktree it makes of HEAD; then bench/commit_keys.py."""
+    """bench/studies/side_by_side.py (wide_pass, store_growth) on local[*] and the loopback cluster, the old
+    side a worktree it makes of HEAD."""
     results, work = tmp_path / "results", tmp_path / "work"
     env = {**os.environ, "INORDER_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM})}
     done = subprocess.run(
-        [sys.executable, "-m", "bench.side_by_side", "--quick", "--sizes", "300,600", "--growth-streams", "50",
-         "--modes", "local,cluster", "--cluster-sizes", "300", "--old", "HEAD", "--work", str(work),
+        [sys.executable, "-m", "bench.studies.side_by_side", "--quick", "--sizes", "300,600", "--growth-streams",
+         "50", "--modes", "local,cluster", "--cluster-sizes", "300", "--old", "HEAD", "--work", str(work),
          "--results", str(results)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -69,9 +69,3 @@ def test_side_by_side_runs_both_checkouts_and_compares_their_stores(tmp_path: Pa
     assert [p.name for p in work.iterdir()] == ["inputs"]  # its scratch folder and worktree are gone
     assert "code-old" not in subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
                                             text=True).stdout
-
-    keys = subprocess.run([sys.executable, "-m", "bench.commit_keys", "--streams", "200", "--work", str(work)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert keys.returncode == 0, keys.stdout[-3000:] + keys.stderr[-3000:]
-    assert "table by table: equal" in keys.stdout and "commit_statement_s" in keys.stdout
-    assert [p.name for p in work.iterdir()] == ["inputs"]

@@ -6,7 +6,7 @@ checkout named on the command line then walks the same messages in a process of 
 to it), the checkouts taking turns round after round, so a slower machine moment costs both alike.
 Each round is one partition holding every stream; a checkout's figure is its best round.
 
-    python -m bench.walk_speed [--events N] [--rounds R] BEFORE_CHECKOUT AFTER_CHECKOUT
+    python -m bench.studies.walk_speed [--events N] [--rounds R] BEFORE_CHECKOUT AFTER_CHECKOUT
 
 prints, per checkout, the handler calls, the best CPU seconds and calls per CPU-second, then the
 ratio of the last to the first.

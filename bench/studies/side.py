@@ -1,8 +1,8 @@
-"""One side of a side-by-side case (bench/side_by_side.py): the engine of ONE checkout, in a process of its own.
+"""One side of a side-by-side case (bench/studies/side_by_side.py): the engine of ONE checkout, in a process of its own.
 
-    PYTHONPATH=<checkout> python bench/side.py PLAN.json RESULT.json
+    PYTHONPATH=<checkout> python bench/studies/side.py PLAN.json RESULT.json
 
-Run by path, not as `-m bench.side`: it imports nothing from the bench's checkout, only the engine
+Run by path, not as `-m bench.studies.side`: it imports nothing from the bench's checkout, only the engine
 (`pipelines`) and the bank views (`views`) of the checkout on PYTHONPATH, so the same file drives
 c8cd829 and any later engine. On stdout it says `run <name>` as each run starts and `phase <name>` as
 each phase starts, for the runner that samples this process tree's memory; its figures go to RESULT.json.

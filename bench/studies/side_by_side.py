@@ -1,10 +1,10 @@
 """Side-by-side cases: the same inputs through two checkouts of the engine, in one run (issue 22).
 
-    python -m bench.side_by_side --quick                       # small sizes, local[*] (a minute or two)
-    python -m bench.side_by_side                               # 100k, 300k and 1M streams on local[*]
-    python -m bench.side_by_side --modes local,cluster         # the same on the loopback cluster too
-    python -m bench.side_by_side --new /work/wt-pass           # the "new" side from another checkout
-    python -m bench.side_by_side --old c8cd829 --new HEAD      # either side: a folder or a commit
+    python -m bench.studies.side_by_side --quick                       # small sizes, local[*] (a minute or two)
+    python -m bench.studies.side_by_side                               # 100k, 300k and 1M streams on local[*]
+    python -m bench.studies.side_by_side --modes local,cluster         # the same on the loopback cluster too
+    python -m bench.studies.side_by_side --new /work/wt-pass           # the "new" side from another checkout
+    python -m bench.studies.side_by_side --old c8cd829 --new HEAD      # either side: a folder or a commit
 
 Cases, on `wide-<i>` bank accounts (data.wide_batches):
 - `wide_pass`: a store of S streams with seq 1–2 each, then one pass with seq 3 for every stream,
@@ -15,7 +15,7 @@ Cases, on `wide-<i>` bank accounts (data.wide_batches):
   small pass onto stores of different sizes; the ratio of its driver seconds (the pass outside the
   Spark jobs) at the largest store to the smallest.
 
-Each side runs bench/side.py in a process of its own (PYTHONPATH = that checkout, the same Python),
+Each side runs bench/studies/side.py in a process of its own (PYTHONPATH = that checkout, the same Python),
 old side first, then new, size by size. A side given as a commit gets a worktree in this run's
 scratch folder, removed at the end, as is the rest of the scratch folder; nothing else is deleted.
 Results: the table on stdout, and bench/results/sides-<timestamp>.json (+ sides-latest.json).
@@ -42,7 +42,7 @@ from bench.__main__ import machine
 from bench.measure import RoleRssSampler
 from scripts.cluster import Cluster
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIDE_SCRIPT = Path(__file__).with_name("side.py")
 OLD = "c8cd829"  # main before issue 22
 FULL = {"sizes": [100_000, 300_000, 1_000_000], "growth_streams": 10_000}
@@ -57,7 +57,7 @@ VOLATILE_COLUMNS = {"committed_at", "recorded_at", "logged_at"}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.side_by_side", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.studies.side_by_side", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (what CI's long test runs)")
     p.add_argument("--sizes", help="comma-separated stream counts of the wide pass (and the stores of store_growth)")
     p.add_argument("--growth-streams", type=int, help="streams the store_growth pass touches")
@@ -116,7 +116,7 @@ def say(message: str) -> None:
 
 
 def run_side(code: Path, python: str, plan: dict, folder: Path, master: str, executor_roots: tuple[int, ...]) -> dict:
-    """bench/side.py on `code`, its memory sampled role by role; its result, or what it did before failing."""
+    """bench/studies/side.py on `code`, its memory sampled role by role; its result, or what it did before failing."""
     folder.mkdir(parents=True)
     plan_path, result_path = folder / "plan.json", folder / "result.json"
     plan_path.write_text(json.dumps(plan))
