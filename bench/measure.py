@@ -1,46 +1,14 @@
 """Timers and the peak resident memory of this process with all its descendants (Spark's JVM and
-its Python workers), sampled on a thread; and of another process, role by role (RoleRssSampler).
-The soak (tests/soak.py) reads /proc with these readers too."""
+its Python workers), sampled on a thread; and of another process, role by role (RoleRssSampler)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-    except (FileNotFoundError, StopIteration):
-        return 0
-
-
-def descendants(pid: int) -> list[int]:
-    """Child processes, recursively (Spark's JVM and its Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def tree_rss(pid: int | None = None) -> int:
-    pid = pid or os.getpid()
-    return rss_bytes(pid) + sum(rss_bytes(p) for p in descendants(pid))
+from scripts.process_tree import descendants, rss_bytes, tree_rss
 
 
 class _SamplingThread:
@@ -128,7 +96,7 @@ def rss_by_role(driver_pid: int, executor_roots: tuple[int, ...] = ()) -> dict[s
 
 class RoleRssSampler(_SamplingThread):
     """Samples `rss_by_role` of a process that says `run <name>` and `phase <name>` on its stdout
-    (bench/side.py): `mark(line)` with each line; `peaks["<run>/<phase>"][role]` and `overall[role]`."""
+    (bench/studies/side.py): `mark(line)` with each line; `peaks["<run>/<phase>"][role]` and `overall[role]`."""
 
     def __init__(self, driver_pid: int, executor_roots: tuple[int, ...] = (), interval: float = 0.25) -> None:
         super().__init__(interval)

@@ -59,7 +59,7 @@ def _warm_session(root):
 def postgres():
     """A real PostgreSQL server for the whole test run (bench/postgres.py): its libpq connection string.
     Never skipped: without the server binaries the tests that need it fail, saying how to install them."""
-    from bench.postgres import PostgresServer
+    from tests.postgres_server import PostgresServer
 
     with PostgresServer() as server:
         yield server.dsn

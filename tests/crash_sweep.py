@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="publish every run to this PostgreSQL and compare it too ('start': a throwaway server)")
     args = p.parse_args(argv)
     if args.postgres == "start":
-        from bench.postgres import PostgresServer
+        from tests.postgres_server import PostgresServer
 
         with PostgresServer() as server:
             args.postgres = server.dsn

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 from pathlib import Path
 
-from bench.measure import descendants, rss_bytes
+from scripts.process_tree import rss_bytes, tree_rss
 from tests.harness import assert_conserved, assert_same_store, read_store, run_entries
 from tests.reference_model import Entry, run_model
 from tests.domains import BANK_VIEWS
@@ -97,7 +97,7 @@ def jvm_retained_mb(spark) -> float:
 def memory_sample(spark, entries: int) -> MemorySample:
     gc.collect()  # what is retained, not what a collection would free
     driver = rss_bytes(os.getpid())
-    total = driver + sum(rss_bytes(p) for p in descendants(os.getpid()))
+    total = tree_rss(os.getpid())
     return MemorySample(entries, round(driver / 2**20, 1), round(jvm_retained_mb(spark), 1), round(total / 2**20, 1))
 
 

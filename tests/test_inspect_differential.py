@@ -1,5 +1,5 @@
 """Inspection gives byte for byte what it gave before it was made fast: the live `pipelines.engine.normalise` against
-the frozen `bench.inspect_reference`, on the hostile corpus, the bank and shop generators, and generated
+the frozen `tests.inspect_reference`, on the hostile corpus, the bank and shop generators, and generated
 JSON Lines (decimals, big integers, nesting, Unicode, escapes, duplicate keys, BOM, CRLF, blank lines,
 invalid UTF-8, records too deep or too big), under several source mappings."""
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipelines.engine.normalise as live
-import bench.inspect_reference as reference
+import tests.inspect_reference as reference
 from demos import shop as shop_generator
 from tests.hostile_corpus import build
 from tests.profiles import examples

@@ -1,6 +1,7 @@
-"""Where things live (issue 25 item 7, docs/ARCHITECTURE.md): `bench/` stands on its own, importing
-nothing from `tests/`; the demos' generators live in `demos/`, outside the packages the registry scans
-for views (`views`, `shop`), which hold no generator."""
+"""Where things live (issue 25 item 7, issue 34 item 5, docs/ARCHITECTURE.md): `bench/` stands on its own,
+importing nothing from `tests/`, and the tests import nothing from `bench/` but the few that test it or run
+its inputs; the demos' generators live in `demos/`, outside the packages the registry scans for views
+(`views`, `shop`), which hold no generator."""
 
 from __future__ import annotations
 
@@ -25,6 +26,20 @@ def test_bench_imports_nothing_from_tests():
     offenders = {str(path.relative_to(ROOT)): sorted(name for name in imported(path) if name.split(".")[0] == "tests")
                  for path in sorted((ROOT / "bench").rglob("*.py"))}
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+# the test modules that import `bench`, and why
+BENCH_IMPORTERS = {
+    "tests/test_state_peer.py": "tests the Spark peer, the suite's case 8",
+    "tests/test_cluster.py": "the wide pass on the cluster, over the side-by-side study's wide inputs",
+    "tests/test_rebuild_readers.py": "a rebuild under a reader on the 1M bank store the freshness case caches",
+}
+
+
+def test_the_tests_import_nothing_from_bench_but_its_own_tests():
+    importers = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "tests").rglob("*.py"))
+                 if any(name.split(".")[0] == "bench" for name in imported(path))}
+    assert importers == set(BENCH_IMPORTERS)
 
 
 def test_the_demos_generators_live_outside_the_view_packages():

@@ -1,4 +1,4 @@
-"""Publishing to PostgreSQL (issue 11 §3), against a real server (bench/postgres.py), with the shop's
+"""Publishing to PostgreSQL (issue 11 §3), against a real server (tests/postgres_server.py), with the shop's
 views (keyed, append and aggregate tables, every column type): after every run PostgreSQL holds
 exactly DuckDB's view tables, `inorder_published` names DuckDB's newest entry, only changed rows
 travel, and a publication missed for any reason is caught up without applying anything twice."""

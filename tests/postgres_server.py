@@ -1,4 +1,4 @@
-"""A real, throwaway PostgreSQL server for tests and benchmarks: `initdb` and `pg_ctl` in a temporary
+"""A real, throwaway PostgreSQL server for the tests: `initdb` and `pg_ctl` in a temporary
 folder, listening on a free loopback port, stopped (and the folder removed) at the end.
 
 As root (CI), the server runs as the `postgres` user, since `initdb` refuses root. The binaries
@@ -45,9 +45,8 @@ def _free_port() -> int:
 class PostgresServer:
     """Start with `start()`, stop with `stop()`; `dsn` is a libpq connection string to its `postgres` database."""
 
-    def __init__(self, durable: bool = False) -> None:
+    def __init__(self) -> None:
         self.bin = server_binaries()
-        self.durable = durable  # fsync and synchronous commit on (benchmarks); off for tests
         self.folder = Path(tempfile.mkdtemp(prefix="inorder-pg-"))
         self.port = _free_port()
         self._as_user: list[str] = []
@@ -75,9 +74,9 @@ class PostgresServer:
         data = self.folder / "data"
         self._run(str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
                   "--no-instructions")
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.folder} -c max_connections=50"
-        if not self.durable:
-            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        # a test server need not survive a crash of the machine: no fsync, no synchronous commit
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.folder} -c max_connections=50"
+                   " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
         self._run(str(self.bin / "pg_ctl"), "-D", str(data), "-l", str(self.folder / "server.log"), "-o", options,
                   "-w", "-t", "60", "start")
         return self
