@@ -223,7 +223,7 @@ WIDE_STREAMS = int(os.environ.get("INORDER_TEST_WIDE_STREAMS", "300000"))  # 100
 
 
 def test_a_pass_of_300k_streams_with_state_completes_on_the_cluster(cluster, tmp_path):
-    """The wide pass (bench/side_by_side.py) at 300k streams × 3 bank views on the loopback cluster, with
+    """The wide pass (bench/studies/side_by_side.py) at 300k streams × 3 bank views on the loopback cluster, with
     a shared location: a store of seq 1-2 for every stream, then one pass with seq 3 for each."""
     from bench import data
 
