@@ -6,4 +6,5 @@ bash scripts/setup.sh
 # the `long` tests (cluster, benchmark suite) run in scripts/reliability.sh, keeping CI under 25 minutes;
 # the `ci` Hypothesis profile: derandomized, 500 examples for the fast model tests (tests/conftest.py)
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-exec .venv/bin/python -m pytest -m "not long" "$@"
+# two workers, a test module's tests kept together (its fixtures are built once); `-n 0` runs in one process
+exec .venv/bin/python -m pytest -m "not long" -n 2 --dist loadfile "$@"
