@@ -4,13 +4,15 @@ INORDER_HOME (default ./.inorder)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
 import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from inorder.terminal import say
 from pipelines import faults
@@ -742,14 +744,35 @@ def _with_older_declarations_said(command) -> None:
         command()
 
 
+@contextlib.contextmanager
+def _library_logs_quiet() -> Iterator[None]:
+    """Libraries that log to the root logger (py4j's tracebacks when Ctrl-C cuts a Spark call) print nothing:
+    the command says what happened itself, in one line; INORDER_DEBUG=1 leaves them as they are."""
+    from pipelines.spark.settings import debugging
+
+    root = logging.getLogger()
+    level = root.level
+    if not debugging():
+        root.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from pipelines.spark.server import end_processes, own_children
+
     faults.arm()  # the crash sweep's crash points (pipelines/faults.py): nothing when INORDER_CRASH_AT is unset
     args = parser().parse_args(argv)
+    children_before = own_children()
     try:
-        _with_older_declarations_said(lambda: args.func(args))
+        with _library_logs_quiet():
+            _with_older_declarations_said(lambda: args.func(args))
     except SystemExit as exc:  # a command's own exit status (3, 4, 6): main returns what the process exits with
         return exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt as exc:  # RunInterrupted says what the run left for the next one
+        end_processes(own_children() - children_before)  # a Spark JVM the command started
         print(f"inorder: interrupted{f': {exc}' if str(exc) else ''}", file=sys.stderr)
         return INTERRUPTED_EXIT
     except ViewSetMismatch as exc:

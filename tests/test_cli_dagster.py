@@ -4,7 +4,13 @@ print stays as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
 
 import dagster as dg
 
@@ -181,3 +187,41 @@ def test_a_refused_view_exits_4_with_or_without_a_new_batch_and_ctrl_c_says_what
 
     with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
         assert con.execute("SELECT account_id, deposits FROM audit_accounts").fetchall() == [("acct-1", 3)]
+
+
+def _processes_marked(mark: str) -> list[int]:
+    """The processes whose environment holds `mark` (a command's children inherit it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group; pyspark starts its JVM ignoring SIGINT, so a
+    JVM still starting would outlive `inorder run`. Nothing but the one line reaches the terminal."""
+    from tests.test_cli_scripting import INORDER, environment
+
+    home, mark = tmp_path / "home", f"inorder-ctrl-c-{uuid.uuid4().hex}"
+    env = {**environment(home), "INORDER_VIEWS": "views", "INORDER_TEST_MARK": mark}
+    subprocess.run([INORDER, "init", str(home)], env=env, check=True, capture_output=True)
+    _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
+    run = subprocess.Popen([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    said = []
+    for line in run.stderr:  # Ctrl-C as the JVM starts
+        said.append(line)
+        if "starting Spark" in line:
+            time.sleep(0.3)  # the JVM is on its way
+            os.killpg(run.pid, signal.SIGINT)
+            break
+    said.extend(run.stderr)
+    assert run.wait(timeout=120) == 130, "".join(said)
+    assert said[-1] == ("inorder: interrupted: 1 batch archived but not yet projected (b1, for account_activity, "
+                        "accounts, daily_totals); the next `inorder run` projects it\n"), "".join(said)
+    assert not any("Traceback" in line for line in said), "".join(said)
+    time.sleep(2)  # a JVM has had time to notice its parent gone
+    assert _processes_marked(mark) == []

@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
 
@@ -281,6 +281,19 @@ def process_parents() -> dict[int, int]:
 
 def _children(pid: int) -> list[int]:
     return [child for child, parent in process_parents().items() if parent == pid]
+
+
+def own_children() -> set[int]:
+    """This process's child processes."""
+    return set(_children(os.getpid()))
+
+
+def end_processes(pids: Iterable[int]) -> None:
+    """SIGTERM to each of `pids` that is still there. Ctrl-C reaches a local Spark's JVM too, which pyspark
+    starts ignoring SIGINT; one interrupted while it starts outlives the command unless it is ended."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
 
 
 def _descendants(pid: int) -> list[int]:
