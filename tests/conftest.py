@@ -57,7 +57,7 @@ def _warm_session(root):
 
 @pytest.fixture(scope="session")
 def postgres():
-    """A real PostgreSQL server for the whole test run (bench/postgres.py): its libpq connection string.
+    """A real PostgreSQL server for the whole test run (tests/postgres_server.py): its libpq connection string.
     Never skipped: without the server binaries the tests that need it fail, saying how to install them."""
     from tests.postgres_server import PostgresServer
 

@@ -375,7 +375,7 @@ def _gx_failure(table_name: str, r: Any) -> dict:
 def validate_view_on_pandas(con: duckdb.DuckDBPyConnection, view: View) -> tuple[int, list[dict]]:
     """GX 1.x validating each WHOLE table on pandas: what the `expectations` check ran before issue 12
     (`assets.checks.validate_view`, on a connection instead of a Store). Kept as the reference that
-    `validate_view` is tested (tests/test_expectations.py) and measured (bench/expectations.py) against;
+    `validate_view` is tested (tests/test_expectations.py) and measured (docs/BENCHMARKS.md, "GX expectations at 10M rows") against;
     it loads every table into memory, so it is for small tables only."""
     gx = _gx()
     source = _gx_pandas_source(gx, view.name)
