@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pipelines.store.database import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES, Home
-from pipelines.store.versions import own_modules
+from pipelines.store.versions import code_parts, own_modules
 from pipelines.view import View
 
 VIEWS_VARIABLE = "INORDER_VIEWS"
@@ -62,6 +62,8 @@ def load_views(spec: str | None = None) -> tuple[View, ...]:
     for f in found.values():  # every module is imported: no handler comes after the fingerprint
         f.view.handlers.seal()
         object.__setattr__(f.view, "module", f.named)  # View is frozen; the store records where it was loaded from
+        if f.view.loaded_code is None:  # its module's code as imported (the first load of this process)
+            object.__setattr__(f.view, "loaded_code", code_parts(f.view))
     return tuple(f.view for f in found.values())
 
 

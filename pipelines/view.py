@@ -523,6 +523,9 @@ class View:
     # the INORDER_VIEWS module that loaded it (set by the registry; None for a view made elsewhere): the store
     # records it, so that a refusal can name the module to load
     module: str | None = field(default=None, init=False, compare=False, repr=False)
+    # what of its code decides its rows, as the registry loaded it (pipelines/store/versions.py `code_parts`):
+    # a module edited while a command runs is not the code that command runs, nor what it records
+    loaded_code: Mapping[str, str] | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")

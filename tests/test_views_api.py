@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inorder import DECIMAL, INTEGER, Check, Column, Event, Reject, Table, View, replay
+from pipelines.registry import load_views
 from pipelines.store.versions import code_parts, compare, fingerprint, table_declarations
 from pipelines.view import Expectation, HandlerRegistrationClosed, ViewDeprecation, between, in_set, not_null, unique
 
@@ -352,6 +353,23 @@ def test_a_changed_rule_in_a_helper_module_changes_the_fingerprint(tmp_path, mon
     assert {"module fp_views.fees", "module fp_views.rounding"} <= set(changed)  # the lazy import too
     assert not any(part.startswith(("module pipelines", "module inorder")) for part in changed)
 
+
+
+def test_a_loaded_views_code_is_what_it_was_loaded_with_though_its_files_change_after(tmp_path, monkeypatch):
+    """A command runs the code it imported: a helper edited while it runs (a run of minutes) changes neither
+    the fingerprint it records nor what it says of the code; loaded anew, the view is its new code."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _load(tmp_path, "fp_loaded", "amount * Decimal('0.01')")
+    (view,) = load_views("fp_loaded.fees")
+    loaded = fingerprint(view)
+    (tmp_path / "fp_loaded" / "rules.py").write_text("from decimal import Decimal\ndef fee_of(amount):\n"
+                                                    "    return amount * Decimal('0.025')\n")
+    importlib.invalidate_caches()
+    assert fingerprint(view) == loaded
+    assert fingerprint(load_views("fp_loaded.fees")[0]) == loaded  # the same process: the same modules
+    _load(tmp_path, "fp_loaded", "amount * Decimal('0.025')")  # imported anew, as the next command does
+    (fresh,) = load_views("fp_loaded.fees")
+    assert fingerprint(fresh) != loaded
 
 # each form of import, in the view's module (of its helper) and in the helper (of a module two deep): the import
 # lines and the name they bind, as (view imports helper, view calls, helper imports deep, helper reads)

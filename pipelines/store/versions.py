@@ -167,7 +167,10 @@ def _imported_names(source: str, package: str) -> list[str]:
 
 def code_parts(view: View) -> dict[str, str]:
     """What of the view's code decides its rows, part by part (each a digest), so a change can be named:
-    its subscriptions, policies, predicate, handlers, `version`, and the source of its own modules."""
+    its subscriptions, policies, predicate, handlers, `version`, and the source of its own modules. As the
+    registry loaded it (`View.loaded_code`), for a view it loaded."""
+    if view.loaded_code is not None:
+        return dict(view.loaded_code)
     parts = {"subscribes": _digest(list(view.subscribes)),
              "policies": _digest([view.gap_timeout, view.max_pending, view.on_error, view.on_bug]),
              "predicate": _digest(_source(view.predicate)),
