@@ -1,4 +1,4 @@
-"""Named crash points, for the fault-injection sweep (scripts/crash_sweep.py, tests/test_crash.py).
+"""Named crash points, for the fault-injection sweep (scripts/crash_sweep.py, tests/e2e/test_crash.py).
 
 `INORDER_CRASH_AT=<point>[:<n>]` kills the `inorder` process with SIGKILL the n-th time (default:
 the first) this process passes `crash_point("<point>")`. With `INORDER_CRASH_DELAY_US=<us>` the

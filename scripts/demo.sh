@@ -5,7 +5,7 @@
 # per-view summary.
 # DOMAIN=bank (default: the bank's views/) or DOMAIN=shop (the online shop's shop/views/).
 # EVENTS=N generates N events (default 50000) over N/50+1 streams, e.g. EVENTS=2000 for a quick run
-# (tests/test_quickstart.py does).
+# (tests/cli/test_quickstart.py does).
 #
 # It works in its own home only: INORDER_DEMO_HOME (default .inorder/demo, or .inorder/demo-shop), never
 # INORDER_HOME. That home holds a marker file saying the demo made it; the demo deletes and remakes a

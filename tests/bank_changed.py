@@ -1,5 +1,5 @@
 """The bank's views with `account_activity` given a new column, `direction` ('in' or 'out'): a changed
-table, refused until the view is rebuilt (the 1M-event rebuild under readers, tests/test_rebuild_readers.py).
+table, refused until the view is rebuilt (the 1M-event rebuild under readers, tests/e2e/test_rebuild_readers.py).
 
 INORDER_VIEWS=views.accounts,views.daily_totals,tests.bank_changed
 """

@@ -1,7 +1,7 @@
 """The bank's views as they were before the typed-event rewrite (issue 26), frozen: views/money.py,
 accounts.py, account_activity.py and daily_totals.py at commit ef828cf in one module, with only the names
 changed that the four would share here (each `VIEW` and its handlers take its view's name) and the imports.
-tests/test_bank_typed.py replays random payloads through these and through views/ and asserts the same
+tests/fast/test_bank_typed.py replays random payloads through these and through views/ and asserts the same
 tables and refusals. Never edit them to follow the bank: they are the reference its behaviour is held to.
 (They are declared in the older style, so importing this module gives ViewDeprecation warnings.)"""
 

@@ -1,7 +1,7 @@
 """A view whose columns are named like the engine's own (`stream_id`, `view`, `seq`, `kind`, `data`,
 `entry_idx`, `batch_id`, `name`, `n`, `line`, `payload`, `event_type`, `state`), in keyed, append and
 aggregate tables, in primary keys and out of them: DESIGN §5 says column names are the user's.
-`tests/test_column_names.py` runs it through the CLI (INORDER_VIEWS=tests.clashing_views)."""
+`tests/cli/test_column_names.py` runs it through the CLI (INORDER_VIEWS=tests.clashing_views)."""
 
 from __future__ import annotations
 

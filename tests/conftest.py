@@ -1,5 +1,5 @@
 """Shared fixtures: one Spark session for the whole test run: local[2], or with INORDER_TEST_SPARK=warm a
-session on a warm Spark Connect server of the run's own, as `inorder run` gets one (tests/test_warm_server.py
+session on a warm Spark Connect server of the run's own, as `inorder run` gets one (tests/cli/test_warm_server.py
 runs the engine's property tests that way in a pytest process of their own: a process holds classic or Connect
 sessions, not both)."""
 
@@ -19,6 +19,16 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # every `inorder` process a test starts gets a quick-starting driver JVM (C1 only, serial GC): about 4 s
 # less per `inorder run` on 2 cores. Tests check behaviour; the benchmarks measure speed, without it.
 os.environ.setdefault("INORDER_SPARK_CONF", json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}))
+
+
+TIERS = ("fast", "engine", "cli", "dagster", "e2e")  # the folders under tests/, each its marker (docs/TESTING.md)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A test view beside the bank's (tests/test_counts.py): two tables, so a view's rows are counted per table,
+"""A test view beside the bank's (tests/cli/test_counts.py): two tables, so a view's rows are counted per table,
 a handler with a bug, so a stream parks and every retry of it logs one more error row, and an expectation
 a busy account fails. Its handlers run on Spark's Python workers, where this module is importable as
 `tests.counts_views`."""

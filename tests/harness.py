@@ -93,8 +93,8 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
 # - batches.committed_at: the wall clock at the commit;
 # - errors.traceback: only its last line (the exception and its message): the frames above it are the
 #   engine's own call path, which the model does not share;
-# - a malformed row's reason: its wording is inspection's; tests/test_inspect.py and tests/test_hostile.py
-#   hold each kind's, and tests/test_inspect_differential.py holds them all byte for byte;
+# - a malformed row's reason: its wording is inspection's; tests/fast/test_inspect.py and tests/engine/test_hostile.py
+#   hold each kind's, and tests/fast/test_inspect_differential.py holds them all byte for byte;
 # - gaps.waited and batches.pending_now: generated columns, the same values as waited_seconds and pending;
 # - watermarks.updated_entry and prev_last_seq where entries were projected several to a pass (`across_passes`).
 def read_store(home: Home, views: Sequence[View]) -> dict[str, list[dict]]:

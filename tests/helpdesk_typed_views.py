@@ -1,6 +1,6 @@
 """The help-desk view of tests/helpdesk_views.py written in the new style: typed events, a table per kind,
 columns that carry their rules, handlers registered with `@VIEW.on`. Same tables, same rows: the property
-test in tests/test_view_types.py holds the two to each other through `replay` and through the engine.
+test in tests/engine/test_view_types.py holds the two to each other through `replay` and through the engine.
 
 It keeps the older module's read-back assertions, so a value that came back from the store with another
 Python type than it went in with breaks a handler (a bug: the stream parks) and shows in the test."""

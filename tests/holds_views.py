@@ -1,6 +1,6 @@
 """A test view that deletes rows: a keyed table's `delete` and `all`, several rows per stream, and a
 stream's last row deleted (each deposit is a hold; a withdrawal releases the oldest, or refuses when
-there is none; closing the account releases them all). The fast model tests (tests/test_model_vs_replay.py)
+there is none; closing the account releases them all). The fast model tests (tests/fast/test_model_vs_replay.py)
 run it in memory; the engine-vs-model and PostgreSQL publication tests run it through Spark, the
 commit and the publication, where its handlers run on Spark's Python workers (this module is
 importable there, as `tests.holds_views`)."""

@@ -1,6 +1,6 @@
 """FROZEN reference: pipelines/engine/normalise.py as it was at ea8d09e, before the fast path of issue 13.
 
-tests/test_inspect_differential.py asserts that the live `inspect_file` gives exactly this module's output
+tests/fast/test_inspect_differential.py asserts that the live `inspect_file` gives exactly this module's output
 (messages, malformed rows with their reasons, raw text and lines, rejections) on every input. Do not edit it
 to make a test pass: a difference is a change of output, which inspection must not have.
 """

@@ -1,4 +1,4 @@
-"""A lender's view for tests/test_home_safety.py: `loan` streams in the lender's own record shape."""
+"""A lender's view for tests/cli/test_home_safety.py: `loan` streams in the lender's own record shape."""
 
 from pipelines.view import Table, View
 

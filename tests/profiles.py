@@ -1,7 +1,7 @@
 """Hypothesis profiles (HYPOTHESIS_PROFILE; scripts/test.sh, as CI runs it, uses `ci`).
 
 They set how many examples the tests draw that do not fix their own number: the fast model tests
-(tests/test_model_vs_replay.py). `make mutation` runs each mutant under `mutation`, where the
+(tests/fast/test_model_vs_replay.py). `make mutation` runs each mutant under `mutation`, where the
 property tests that do fix theirs draw a tenth (`examples`)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The shop's views, with `orders` changed the way SHOP_CHANGE says: what a view author does to a
-view that is already running (tests of views that change: tests/test_view_versions.py).
+view that is already running (tests of views that change: tests/engine/test_view_versions.py).
 
 INORDER_VIEWS=shop.views.customers,shop.views.order_items,shop.views.shop_daily,tests.shop_changed
 

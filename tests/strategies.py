@@ -176,7 +176,7 @@ def resplit(entries: list[Entry], shuffle: bool = True) -> st.SearchStrategy[lis
     return batches_of(lines_of(entries), allow_timeouts=False, ticks=True, shuffle=shuffle)
 
 
-# -- the hard cases (issue 15): for the fast model-vs-replay tests (tests/test_model_vs_replay.py) -----
+# -- the hard cases (issue 15): for the fast model-vs-replay tests (tests/fast/test_model_vs_replay.py) -----
 
 def reserialised(message: dict, draw) -> str:
     """The same record written another way: keys in another order, other spacing, non-ASCII escaped or

@@ -329,7 +329,7 @@ def _jsonl_record(raw: bytes, mapping: SourceMapping) -> Any:
 # judges it and words the reason. msgspec accepts a subset of what `_DECODER` accepts and decodes it to
 # the same values (floats as Decimal from their own digits, big integers exactly, the last of duplicate
 # keys); it refuses lone surrogates, which `_DECODER` keeps. Its sorted encoder writes `canonical_json`'s
-# text (`encode_basestring`'s escapes, `str` of ints and Decimals). tests/test_inspect_differential.py
+# text (`encode_basestring`'s escapes, `str` of ints and Decimals). tests/fast/test_inspect_differential.py
 # holds the two paths to the frozen per-line normaliser.
 _PLAIN_ID_CHARS = MAX_ID_BYTES // 4  # no text of this many characters is over MAX_ID_BYTES in UTF-8
 _PlainId = Annotated[str, msgspec.Meta(min_length=1, max_length=_PLAIN_ID_CHARS)]

@@ -1,6 +1,6 @@
 """Two rules of the engine in plain Python, beside the SQL that applies them to the store, so the
 in-memory engine of the project's tests (tests/memory_engine.py) follows the same rule rather than a
-copy of it (tests/test_engine_rules.py holds the SQL and the Python forms equal):
+copy of it (tests/fast/test_engine_rules.py holds the SQL and the Python forms equal):
 
 - which buffered streams a pass walks with no new message (`buffer_is_due`; the pass's SQL is
   `DUE_BUFFERS`, pipelines/engine/inputs.py);

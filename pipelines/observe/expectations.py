@@ -10,7 +10,7 @@ few sample rows of a failing rule cross over, through the same DuckDB -> pandas 
 
 The semantics are GX's own on pandas, the way the check validated the views before issue 12 (each
 whole table read into a DataFrame, see `validate_view_on_pandas`), kept to the letter and tested
-against it (tests/test_expectations.py):
+against it (tests/fast/test_expectations.py):
 
 - a value is *missing* when pandas says so: SQL NULL, and NaN in a floating-point column;
 - not_null counts the missing values; the other rules leave them out (GX's column-map domain);
@@ -81,7 +81,7 @@ _GX_AS_IS = (str, int, float, type(None))  # a value of a set GX 1.x configures 
 
 def declared_config(e: Expectation) -> tuple[str, dict] | None:
     """The GX expectation type and kwargs of a declared rule, as `gx_expectation(gx, e).configuration`
-    gives them (tests/test_expectations.py holds the two equal), for the rules whose arguments GX takes
+    gives them (tests/fast/test_expectations.py holds the two equal), for the rules whose arguments GX takes
     as they come: numbers as floats for `between`, plain values for `in_set`. None for the others, which
     GX configures itself. Importing GX takes seconds, a good share of a small run's time: the check
     imports it only for a rule that needs it."""
@@ -375,7 +375,7 @@ def _gx_failure(table_name: str, r: Any) -> dict:
 def validate_view_on_pandas(con: duckdb.DuckDBPyConnection, view: View) -> tuple[int, list[dict]]:
     """GX 1.x validating each WHOLE table on pandas: what the `expectations` check ran before issue 12
     (`assets.checks.validate_view`, on a connection instead of a Store). Kept as the reference that
-    `validate_view` is tested (tests/test_expectations.py) and measured (docs/BENCHMARKS.md, "GX expectations at 10M rows") against;
+    `validate_view` is tested (tests/fast/test_expectations.py) and measured (docs/BENCHMARKS.md, "GX expectations at 10M rows") against;
     it loads every table into memory, so it is for small tables only."""
     gx = _gx()
     source = _gx_pandas_source(gx, view.name)

@@ -1,0 +1,227 @@
+"""`inorder retry`, `skip` and `publish` run through Dagster, as `run` and `rebuild` do: each is a run in
+the home's instance, materialising the views it wrote, and their checks follow it; what the commands
+print stays as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import dagster as dg
+
+from assets.tags import CLI_HOME_TAG
+from inorder.cli import main
+from pipelines.observe.checks import view_checks
+from assets.schedules import TICK_INTERVAL
+from tests.builders import dep, opened
+
+VIEW_CHECKS = {c.name for c in view_checks(TICK_INTERVAL)}
+# two accounts whose deposit hits the audit view's bug: both park (tests/counts_views.py)
+BATCH = [opened("acct-1"), dep("acct-1", 2, 5000), opened("acct-2"), dep("acct-2", 2, 5000)]
+
+
+def _cli_home(monkeypatch, home, views: str):
+    """A new home made by `inorder init`, for commands run in this process with only its INORDER_HOME and
+    INORDER_VIEWS set (no other INORDER_ or Dagster setting of the test run's)."""
+    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("INORDER_HOME", str(home))
+    monkeypatch.setenv("INORDER_VIEWS", views)
+    assert main(["init", str(home)]) == 0
+    return home
+
+
+def _run_of(instance: dg.DagsterInstance, job: str) -> dg.DagsterRun:
+    (run,) = instance.get_runs(dg.RunsFilter(job_name=job))
+    return run
+
+
+def _checked(instance: dg.DagsterInstance, run_id: str) -> set[tuple[str, str]]:
+    return {(e.dagster_event.event_specific_data.asset_key.to_user_string(),
+             e.dagster_event.event_specific_data.check_name)
+            for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)}
+
+
+def _materialized(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict]:
+    return {e.dagster_event.step_materialization_data.materialization.asset_key.to_user_string():
+            {k: v.value for k, v in e.dagster_event.step_materialization_data.materialization.metadata.items()}
+            for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)}
+
+
+def test_retry_skip_and_publish_are_runs_of_the_homes_instance_followed_by_their_checks(
+        spark, postgres, tmp_path, monkeypatch, capsys):
+    home = _cli_home(monkeypatch, tmp_path / "home", "tests.counts_views")
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in BATCH))
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
+    capsys.readouterr()
+
+    assert main(["retry", "--view", "audit", "--all"]) == 0  # the bug is still there: both park again
+    assert capsys.readouterr().out.splitlines() == [
+        "retry of 2 parked streams of audit committed: 2 streams parked again: the retried message failed again "
+        "(acct-1 seq 2, attempt 2, acct-2 seq 2, attempt 2; `inorder errors --view audit --kind handler_error` "
+        "says why)"]
+    assert main(["skip", "--view", "audit", "--stream", "acct-2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "skip of 1 parked stream of audit committed: 1 stream moved on (its parked message skipped (counted as "
+        "handler_error), now at acct-2 seq 2)"]
+    assert main(["retry", "--view", "audit", "--stream", "acct-2"]) == 1  # not parked any more: one line, exit 1
+    assert capsys.readouterr().err.splitlines()[-1] == "inorder: error: stream 'acct-2' of view audit is not parked"
+    monkeypatch.setenv("INORDER_SERVE_POSTGRES", postgres)
+    monkeypatch.setenv("INORDER_SERVE_SCHEMA", "cli_dagster")
+    assert main(["publish"]) == 0
+    assert capsys.readouterr().out.startswith("published audit to entry ")
+
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        checks = {("audit", name) for name in VIEW_CHECKS}
+        for job, streams in (("retry_streams", ["acct-1", "acct-2"]), ("skip_streams", ["acct-2"])):
+            run = _run_of(instance, job) if job == "skip_streams" else instance.get_runs(
+                dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.SUCCESS]))[0]
+            assert run.tags[CLI_HOME_TAG] == str(home)
+            assert _materialized(instance, run.run_id)["audit"]["operator/streams"] == streams
+            assert _checked(instance, run.run_id) == checks
+        failed = instance.get_runs(dg.RunsFilter(job_name="retry_streams", statuses=[dg.DagsterRunStatus.FAILURE]))
+        assert len(failed) == 1  # the refused retry is in the history too
+        publish = _run_of(instance, "publish_views")
+        assert _materialized(instance, publish.run_id)["audit"]["publish/mode"] == "full"
+        assert _checked(instance, publish.run_id) == checks
+        published = dg.AssetCheckKey(dg.AssetKey("audit"), "published")
+        assert instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [published])[published].evaluation.passed
+
+
+FAILING_AUDIT = '''
+import dataclasses
+
+import tests.counts_views as counts
+
+AUDIT = dataclasses.replace(counts.AUDIT, on_bug="fail")
+'''
+
+
+def test_a_run_failed_by_a_bug_under_on_bug_fail_names_its_cause_in_one_line(spark, tmp_path, monkeypatch, capsys):
+    """Issue 33, finding 9: the view, the stream, the seq and the exception with its message; no Dagster
+    internals on the terminal; nothing committed."""
+    home, code = tmp_path / "home", tmp_path / "code"
+    code.mkdir()
+    (code / "failing_audit.py").write_text(FAILING_AUDIT)
+    monkeypatch.syspath_prepend(str(code))
+    _cli_home(monkeypatch, home, "failing_audit")
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in BATCH))
+    capsys.readouterr()
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 1
+    err = capsys.readouterr().err
+    assert "dagster" not in err.lower() and "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("inorder: error:")]
+    assert line.startswith("inorder: error: view audit (on_bug='fail'): handler bug on stream 'acct-1' seq 2: "), line
+    assert line.endswith("nothing was committed (1 more streams failed)"), line
+    import duckdb
+
+    with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM inorder.watermarks").fetchone() == (0,)
+
+
+AUDIT_WITH_A_COLUMN = '''
+import dataclasses
+import tests.counts_views as counts
+(ACCOUNTS, TYPES) = counts.AUDIT.tables
+AUDIT = dataclasses.replace(counts.AUDIT, tables=(
+    dataclasses.replace(ACCOUNTS, columns={**ACCOUNTS.columns, "branch": "VARCHAR"}), TYPES))
+'''
+
+
+def _lines(home, name: str, *lines: str) -> None:
+    (home / "landing" / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def test_a_refused_view_exits_4_with_or_without_a_new_batch_and_ctrl_c_says_what_the_next_run_does(
+        spark, tmp_path, monkeypatch, capsys):
+    """Issue 33, finding 6: a view whose table changed is refused with exit status 4 whether or not a batch
+    is new, in one line printed once, with no Dagster internals; Ctrl-C ends a run with one line saying what
+    is archived and that the next `inorder run` projects it, which it then does."""
+    import signal
+
+    import pipelines.facade
+
+    home, code = tmp_path / "home", tmp_path / "code"
+    code.mkdir()
+    (code / "audit_as_it_was.py").write_text("from tests.counts_views import AUDIT\n")
+    (code / "audit_with_a_column.py").write_text(AUDIT_WITH_A_COLUMN)
+    monkeypatch.syspath_prepend(str(code))
+    _cli_home(monkeypatch, home, "audit_as_it_was")
+    _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
+    capsys.readouterr()
+
+    monkeypatch.setenv("INORDER_VIEWS", "audit_with_a_column")
+    for minute, batch in ((1, None), (2, "b2")):  # nothing new, then a new batch: the same refusal
+        if batch:
+            _lines(home, batch, dep("acct-1", 3, 10))
+        assert main(["run", "--now", f"2026-11-02T00:0{minute}:00Z"]) == 4, batch
+        err = capsys.readouterr().err
+        assert "dagster" not in err.lower() and "Traceback" not in err, err
+        refusals = [line for line in err.splitlines() if "column branch VARCHAR added" in line]
+        assert len(refusals) == 1 and refusals[0].startswith("inorder: view audit: table audit_accounts: "), err
+        assert "`inorder rebuild audit`" in refusals[0]
+
+    monkeypatch.setenv("INORDER_VIEWS", "audit_as_it_was")
+    _lines(home, "b3", dep("acct-1", 4, 10))
+
+    def ctrl_c_once_planned(name: str) -> None:  # what a terminal's Ctrl-C does to this process
+        if name == "project.planned":
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(pipelines.facade, "crash_point", ctrl_c_once_planned)
+    assert main(["run", "--now", "2026-11-02T00:03:00Z"]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "dagster" not in err.lower(), err
+    assert err.splitlines()[-1] == ("inorder: interrupted: 2 batches archived but not yet projected (b2 to b3, for "
+                                    "audit); the next `inorder run` projects them"), err
+    monkeypatch.setattr(pipelines.facade, "crash_point", lambda name: None)
+    assert main(["run", "--now", "2026-11-02T00:04:00Z"]) == 0
+    import duckdb
+
+    with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT account_id, deposits FROM audit_accounts").fetchall() == [("acct-1", 3)]
+
+
+def _processes_marked(mark: str) -> list[int]:
+    """The processes whose environment holds `mark` (a command's children inherit it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group; pyspark starts its JVM ignoring SIGINT, so a
+    JVM still starting would outlive `inorder run`. Nothing but the one line reaches the terminal."""
+    from tests.cli.test_cli_scripting import INORDER, environment
+
+    home, mark = tmp_path / "home", f"inorder-ctrl-c-{uuid.uuid4().hex}"
+    env = {**environment(home), "INORDER_VIEWS": "views", "INORDER_TEST_MARK": mark}
+    subprocess.run([INORDER, "init", str(home)], env=env, check=True, capture_output=True)
+    _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
+    run = subprocess.Popen([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    said = []
+    for line in run.stderr:  # Ctrl-C as the JVM starts
+        said.append(line)
+        if "starting Spark" in line:
+            time.sleep(0.3)  # the JVM is on its way
+            os.killpg(run.pid, signal.SIGINT)
+            break
+    said.extend(run.stderr)
+    assert run.wait(timeout=120) == 130, "".join(said)
+    assert said[-1] == ("inorder: interrupted: 1 batch archived but not yet projected (b1, for account_activity, "
+                        "accounts, daily_totals); the next `inorder run` projects it\n"), "".join(said)
+    assert not any("Traceback" in line for line in said), "".join(said)
+    time.sleep(2)  # a JVM has had time to notice its parent gone
+    assert _processes_marked(mark) == []
