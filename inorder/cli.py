@@ -164,8 +164,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def cmd_init(args: argparse.Namespace) -> None:
     from pipelines.store.database import Store
 
-    from pipelines.registry import load_views
+    from pipelines.registry import load_views, views_folder_to_record
 
+    folder = views_folder_to_record(args.views) if args.views else None
     views = load_views(args.views) if args.views else _views()
     home = Home.from_env(args.home)
     existed = home.exists
@@ -175,13 +176,12 @@ def cmd_init(args: argparse.Namespace) -> None:
                          "yourself to change them")
     Store.open(home, views).close()  # the folders, the engine's tables and the views' tables
     if args.views and recorded is None:
-        home.views_file.write_text(f"# INORDER_VIEWS of this home (the environment variable wins when set)\n"
-                                   f"{args.views}\n", encoding="utf-8")
+        home.record_views(args.views, folder)
     print(f"{home.root} is an inorder home already (landing {home.landing}, store {home.database})" if existed else
           f"created the inorder home {home.root}: drop batch files into {home.landing}, then `inorder run`")
     if args.views and recorded is None:
-        print(f"recorded its views in {home.views_file}: commands on this home load {args.views} "
-              "unless INORDER_VIEWS is set")
+        print(f"recorded its views in {home.views_file}: commands on this home load {args.views}"
+              + (f" from {folder}" if folder else "") + " unless INORDER_VIEWS is set")
 
 
 def _views():

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import os
 import pkgutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,9 +43,40 @@ class FoundView:
 
 def view_module_names(spec: str | None = None) -> tuple[str, ...]:
     """The module names in `spec` (default: INORDER_VIEWS, else the home's views.txt, else the `views` package)."""
-    text = (os.environ.get(VIEWS_VARIABLE) or Home.from_env().recorded_views() or "") if spec is None else spec
+    text = (os.environ.get(VIEWS_VARIABLE) or _recorded(Home.from_env())) if spec is None else spec
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     return names or DEFAULT_MODULES
+
+
+def _recorded(home: Home) -> str:
+    """The view modules the home recorded (`inorder init --views`), their folder on Python's path."""
+    folder = recorded_views_folder(home)
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    return home.recorded_views() or ""
+
+
+def recorded_views_folder(home: Home) -> Path | None:
+    """The folder of the home's recorded view modules, when INORDER_VIEWS does not name others: what a local
+    Spark's Python workers need on their path too."""
+    return None if os.environ.get(VIEWS_VARIABLE) else home.recorded_views_folder()
+
+
+def views_folder_to_record(spec: str) -> Path | None:
+    """The folder Python finds the first module of `spec` in, when a new shell's Python path may lack it (it
+    came from PYTHONPATH or the current folder, which `inorder init --views` also looks in), else None."""
+    top = spec.split(",")[0].strip().split(".")[0]
+    found = importlib.util.find_spec(top)
+    if found is None and ((Path.cwd() / f"{top}.py").exists() or (Path.cwd() / top / "__init__.py").exists()):
+        sys.path.append(str(Path.cwd()))
+        found = importlib.util.find_spec(top)
+    if found is None or found.origin is None:
+        return None  # load_views says why it cannot be imported
+    folder = Path(found.origin).parent
+    if found.submodule_search_locations:  # a package: the folder that holds it
+        folder = folder.parent
+    given = {Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p} | {Path.cwd()}
+    return folder if folder.resolve() in given else None
 
 
 def load_views(spec: str | None = None) -> tuple[View, ...]:
@@ -78,12 +111,12 @@ def _import(name: str) -> ModuleType:
 
 def _not_on_the_path_hint(name: str, exc: Exception) -> str:
     """The way forward when the view module itself (not something it imports) is not found: Python looks for it
-    on PYTHONPATH and in the current folder, and a new shell has neither set as the one that worked."""
+    on PYTHONPATH, and a new shell may not have the one that worked."""
     if not isinstance(exc, ModuleNotFoundError) or not exc.name or not name.startswith(exc.name):
         return ""
     return (f" (Python finds view modules on PYTHONPATH: export PYTHONPATH=<the folder that holds "
-            f"{exc.name.split('.')[0]}>, or run inorder from that folder; `inorder init --views {name}` records "
-            "the modules in the home, so that a new shell needs only INORDER_HOME and PYTHONPATH)")
+            f"{exc.name.split('.')[0]}>; `inorder init --views {name}`, run there or with that PYTHONPATH, records "
+            "the modules and their folder in the home, so that a new shell needs only INORDER_HOME)")
 
 
 def _modules(name: str) -> list[ModuleType]:

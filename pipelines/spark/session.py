@@ -104,6 +104,12 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     settings = {**defaults, **env_conf(), **(conf or {})}
     if faults.crash_pid() and not master.startswith("sc://"):  # a crash point on an executor kills this driver
         settings["spark.executorEnv.INORDER_CRASH_PID"] = str(faults.crash_pid())
+    from pipelines.registry import recorded_views_folder
+    from pipelines.store.database import Home
+
+    views_folder = recorded_views_folder(Home.from_env())
+    if views_folder is not None and master.startswith("local"):  # the Python workers import the view modules
+        settings["spark.executorEnv.PYTHONPATH"] = str(views_folder)  # (a cluster and a warm server get the code zip)
     quiet = not master.startswith("sc://") and not debugging()  # a Connect session starts no JVM here
     if quiet:  # first, so that a configuration file the user names wins
         settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, (

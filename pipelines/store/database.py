@@ -36,6 +36,9 @@ TEMP_TABLE_NAMES = frozenset({"pass_todo", "pass_subs", "pass_messages", "pass_l
 RESERVED_TABLE_NAMES = ENGINE_TABLE_NAMES | TEMP_TABLE_NAMES | {"inorder_published"}
 
 
+_FOLDER = "folder: "  # views.txt's line naming the folder of the view modules
+
+
 class StoreBusy(RuntimeError):
     """Another process is writing this read store."""
 
@@ -127,16 +130,30 @@ class Home:
 
     @property
     def views_file(self) -> Path:
-        """Where a home records its INORDER_VIEWS (`inorder init --views`), so a new shell needs nothing exported."""
+        """Where a home records its INORDER_VIEWS (`inorder init --views`), so a new shell needs nothing exported
+        but INORDER_HOME: the module names, and the folder Python found them in (a `folder: …` line)."""
         return self.root / "views.txt"
+
+    def record_views(self, modules: str, folder: Path | None) -> None:
+        self.views_file.write_text(
+            f"# INORDER_VIEWS of this home (the environment variable wins when set)\n{modules}\n"
+            + (f"# the folder they are in, put on Python's path when they are loaded from here\n{_FOLDER}{folder}\n"
+               if folder is not None else ""), encoding="utf-8")
 
     def recorded_views(self) -> str | None:
         """The module names the home recorded (comma-separated), or None."""
+        return next((line for line in self._views_record() if not line.startswith(_FOLDER)), None)
+
+    def recorded_views_folder(self) -> Path | None:
+        """The folder the home recorded its view modules in, or None."""
+        return next((Path(line[len(_FOLDER):]) for line in self._views_record() if line.startswith(_FOLDER)), None)
+
+    def _views_record(self) -> list[str]:
         try:
             lines = self.views_file.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return None
-        return next((line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")), None)
+            return []
+        return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
     def archived(self, entry_idx: int) -> Path:
         """Where an entry's normalised messages are archived (Parquet)."""

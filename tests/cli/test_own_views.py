@@ -146,7 +146,12 @@ def test_the_readme_tutorial_runs_as_written(tmp_path):
     assert re.search(r"^carrier\s+1\s+2\s+2\s", done.stdout, re.M), done.stdout  # 1 stream, 2 selected, 2 applied
     assert "0 error log rows" in done.stdout and "unrouted: none (the views subscribe to shipment)" in done.stdout
     assert re.search(r"^checks: (\d+) of \1 passed$", done.stdout, re.M), done.stdout  # `inorder checks`: all green
-    # a later shell: the home recorded its views (`init --views`), so INORDER_HOME and PYTHONPATH are enough
-    later = subprocess.run([INORDER, "status"], capture_output=True, text=True, timeout=300, env={
-        **shell_env, "INORDER_HOME": str(user / "carrier" / ".inorder"), "PYTHONPATH": str(user / "carrier")})
-    assert later.returncode == 0 and re.search(r"^carrier\s+1\s+2\s+2\s", later.stdout, re.M), later.stderr
+    # a later shell: the home recorded its views and their folder (`init --views`), so INORDER_HOME is enough, for
+    # a run too (Spark's Python workers import the view module)
+    home = user / "carrier" / ".inorder"
+    assert (home / "views.txt").read_text().splitlines()[2:] == [
+        "# the folder they are in, put on Python's path when they are loaded from here", f"folder: {user / 'carrier'}"]
+    (home / "landing" / "shipments-002.jsonl").write_text(json.dumps({**sent, "stream_id": "s2"}) + "\n")
+    later = subprocess.run(["bash", "-euc", f"{INORDER} run && {INORDER} status"], capture_output=True, text=True,
+                           timeout=600, cwd=user, env={**shell_env, "INORDER_HOME": str(home)})
+    assert later.returncode == 0 and re.search(r"^carrier\s+2\s+3\s+3\s", later.stdout, re.M), later.stdout + later.stderr

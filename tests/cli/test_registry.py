@@ -228,3 +228,32 @@ def test_a_view_written_with_the_old_alert_name_still_loads_and_is_told_the_new_
     with pytest.warns(DeprecationWarning, match=r"Alerts\(reject_rate=…\)"):
         old = Alerts(handler_error_rate=(0.2, 0.3))
     assert old == Alerts(reject_rate=Thresholds(0.2, 0.3)) and old.reject_rate == Thresholds(0.2, 0.3)
+
+
+def test_init_records_the_folder_of_view_modules_a_new_shell_would_not_find(tmp_path, monkeypatch):
+    """`inorder init --views` records where it found the modules when that came from PYTHONPATH or the current
+    folder; loading them from the home's record puts that folder on Python's path (issue 33, item 7)."""
+    from pipelines.registry import view_module_names, views_folder_to_record
+    from pipelines.store.database import Home
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    for folder, module in ((here, "mine_in_cwd"), (elsewhere, "mine_on_path")):
+        folder.mkdir()
+        (folder / f"{module}.py").write_text("x = 1\n")
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", str(elsewhere))
+    monkeypatch.syspath_prepend(str(elsewhere))
+    assert views_folder_to_record("mine_in_cwd") == here  # found in the current folder, which init looks in
+    assert views_folder_to_record("mine_on_path,views") == elsewhere
+    assert views_folder_to_record("views") is None  # installed with inorder: every shell finds it
+    assert views_folder_to_record("no_such_module_here") is None
+
+    home = Home.from_env(str(tmp_path / "home"))
+    home.root.mkdir()
+    home.record_views("mine_in_cwd", here)
+    assert (home.recorded_views(), home.recorded_views_folder()) == ("mine_in_cwd", here)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(here)])
+    monkeypatch.delenv("INORDER_VIEWS", raising=False)
+    monkeypatch.setenv("INORDER_HOME", str(home.root))
+    assert view_module_names() == ("mine_in_cwd",) and str(here) in sys.path
