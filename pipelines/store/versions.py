@@ -364,14 +364,26 @@ def _check_names(stored: dict[str, StoredView], views: Sequence[View], adding: S
     holds = f"the store holds the views {', '.join(stored)}, but INORDER_VIEWS loaded {', '.join(loaded)}"
     renamed = _rename_hint(stored, [v for v in views if v.name in new])
     if len(new) == len(loaded):
-        modules = list(dict.fromkeys(s.module for s in stored.values()))
-        load = "set INORDER_VIEWS to the modules of the store's views" if None in modules else \
-            f"set INORDER_VIEWS={','.join(modules)}, the module{'s' if len(modules) > 1 else ''} of the store's views"
+        load = _load_the_stored_views(stored, views)
         raise ViewSetMismatch(f"{holds}: none of them is in the store. {_or_else(renamed, load)} (or point "
                               "INORDER_HOME at the right home); nothing was written")
     add = f"add them explicitly with `inorder run --add-views {','.join(new)}`, or leave them out of INORDER_VIEWS"
     raise ViewSetMismatch(f"{holds}: {', '.join(new)} would be added to it. {_or_else(renamed, add)}; "
                           "nothing was written")
+
+
+def _load_the_stored_views(stored: dict[str, StoredView], views: Sequence[View]) -> str:
+    """How to load the store's views when none of them is loaded: their modules, unless those are loaded already
+    and no longer declare them."""
+    modules = list(dict.fromkeys(s.module for s in stored.values()))
+    if None in modules:
+        return "set INORDER_VIEWS to the modules of the store's views"
+    if set(modules) <= {v.module for v in views}:
+        them = "it" if len(stored) == 1 else "them"
+        return (f"{', '.join(modules)} no longer declare{'s' if len(modules) == 1 else ''} {', '.join(stored)}: "
+                f"declare {them} again, or take {them} out of the store with `inorder remove-view "
+                f"{next(iter(stored)) if len(stored) == 1 else 'VIEW'}`")
+    return f"set INORDER_VIEWS={','.join(modules)}, the module{'s' if len(modules) > 1 else ''} of the store's views"
 
 
 def _check_owners(stored: dict[str, StoredView], views: Sequence[View]) -> None:
