@@ -12,5 +12,6 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   where=(tests/fast)
 fi
-# two workers, a test module's tests kept together (its fixtures are built once); `-n 0` runs in one process
-exec .venv/bin/python -m pytest -m "not long" -n 2 --dist loadfile "${where[@]}" "$@"
+# three workers on 2 cores (the tests wait on JVMs and subprocesses more than they compute), a module's tests kept
+# together (its fixtures are built once); `-n 0` runs in one process
+exec .venv/bin/python -m pytest -m "not long" -n 3 --dist loadfile "${where[@]}" "$@"
