@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import pkgutil
@@ -76,7 +77,17 @@ def views_folder_to_record(spec: str) -> Path | None:
     if found.submodule_search_locations:  # a package: the folder that holds it
         folder = folder.parent
     given = {Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p} | {Path.cwd()}
-    return folder if folder.resolve() in given else None
+    return folder if folder.resolve() in given and not _found_without(top, given) else None
+
+
+def _found_without(top: str, folders: set[Path]) -> bool:
+    """Whether Python finds module `top` with `folders` off its path (installed, say, as inorder's own are)."""
+    path = [p for p in sys.path if p and Path(p).resolve() not in folders]
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is not None and find(top, path if finder is importlib.machinery.PathFinder else None) is not None:
+            return True
+    return False
 
 
 def load_views(spec: str | None = None) -> tuple[View, ...]:

@@ -247,6 +247,8 @@ def test_init_records_the_folder_of_view_modules_a_new_shell_would_not_find(tmp_
     assert views_folder_to_record("mine_in_cwd") == here  # found in the current folder, which init looks in
     assert views_folder_to_record("mine_on_path,views") == elsewhere
     assert views_folder_to_record("views") is None  # installed with inorder: every shell finds it
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the repository
+    assert views_folder_to_record("shop.views") is None  # found from here, and by every shell all the same
     assert views_folder_to_record("no_such_module_here") is None
 
     home = Home.from_env(str(tmp_path / "home"))
