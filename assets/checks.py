@@ -17,7 +17,7 @@ from pipelines.view import View
 from assets.schedules import TICK_INTERVAL
 from resources import HomeResource
 
-NO_NEW_REJECTED, NO_UNROUTED = (dg.AssetCheckKey(dg.AssetKey("event_batches"), name) for name in checks.INGEST_CHECKS)
+NO_NEW_REJECTED, NO_NEW_UNROUTED = (dg.AssetCheckKey(dg.AssetKey("event_batches"), name) for name in checks.INGEST_CHECKS)
 
 
 def _metadata_value(value: object) -> dg.MetadataValue:
@@ -117,9 +117,9 @@ def ingest_checks(views: Sequence[View]) -> list[dg.AssetChecksDefinition]:
     return [_file_not_rejected(),
         _since_last_evaluation(NO_NEW_REJECTED, "No landing file was rejected (unreadable, clashing or changed) "
                                "since this check last ran", checks.no_new_rejected_files),
-        _since_last_evaluation(NO_UNROUTED, "Every record of the batches archived since this check last ran is of "
+        _since_last_evaluation(NO_NEW_UNROUTED, "Every record of the batches archived since this check last ran is of "
                                "a stream type some view subscribes to (warns otherwise: a source.json that maps them "
-                               "wrong, most likely)", lambda con, after: checks.no_unrouted_records(con, after, views)),
+                               "wrong, most likely)", lambda con, after: checks.no_new_unrouted_records(con, after, views)),
     ]
 
 

@@ -90,8 +90,10 @@ def format_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     for asset in dict.fromkeys(v.asset for v in verdicts):
         own = [v for v in verdicts if v.asset == asset]
         newest = max((v for v in own if v.evaluated_at), key=lambda v: v.evaluated_at, default=None)
-        lines.append(f"{asset}: " + (f"latest verdicts up to {newest.evaluated_at.isoformat(timespec='seconds')} "
-                                     f"(run {newest.run_id})" if newest else "no check evaluated yet"))
+        # the clock's time the checks ran, not the logical time of what they judged (a `--now` run's)
+        when = newest and newest.evaluated_at.isoformat(timespec="seconds")
+        lines.append(f"{asset}: " + (f"latest verdicts, evaluated at {when} by the clock (run {newest.run_id})"
+                                     if newest else "no check evaluated yet"))
         for v in own:
             lines += _check_lines(v)
     return lines

@@ -342,7 +342,7 @@ def view_checks(tick_interval: timedelta) -> tuple[ViewCheck, ...]:
 
 
 VIEW_CHECKS = tuple(check.name for check in view_checks(timedelta(0)))  # every view's (no tick interval names one)
-INGEST_CHECKS = ("no_new_rejected_files", "no_unrouted_records")  # `event_batches`' checks of the whole ingest log
+INGEST_CHECKS = ("no_new_rejected_files", "no_new_unrouted_records")  # `event_batches`' checks of the whole ingest log
 
 
 def no_new_rejected_files(con: duckdb.DuckDBPyConnection, after: int) -> CheckOutcome:
@@ -356,7 +356,7 @@ def no_new_rejected_files(con: duckdb.DuckDBPyConnection, after: int) -> CheckOu
         f"{len(rejected)} landing files rejected since entry {after}: {rejected[0].batch_id}: {rejected[0].reason}")
 
 
-def no_unrouted_records(con: duckdb.DuckDBPyConnection, after: int, views: Sequence[View]) -> CheckOutcome:
+def no_new_unrouted_records(con: duckdb.DuckDBPyConnection, after: int, views: Sequence[View]) -> CheckOutcome:
     """Every record of the batches archived since entry `after` is of a stream type some view subscribes to."""
     found, newest = unrouted_after(con, after, views), int(newest_entry(con))
     totals: dict[str, int] = {}

@@ -224,7 +224,7 @@ def test_checks_says_each_checks_latest_verdict_and_the_message_behind_a_failing
                                            "rebuild audit)"
 
     text = inorder(env, "checks", "--view", "audit", code=6).stdout.splitlines()
-    assert text[0].startswith(f"audit: latest verdicts up to ") and text[0].endswith(f"(run {run.run_id})")
+    assert text[0].startswith("audit: latest verdicts, evaluated at ") and text[0].endswith(f"(run {run.run_id})")
     assert "  expectations: FAILED: 1 of 1 expectations of suite audit failed" in text
     assert any(line.startswith("      | ✗ | expect_column_values_to_be_between | audit_accounts.deposits |")
                for line in text)  # the GX results table

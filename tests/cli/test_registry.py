@@ -188,7 +188,7 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
     assert done.returncode == 0, done.stderr
     keys, checks = done.stdout.strip().splitlines()[-2:]
     assert eval(keys) == ["errors", "event_batches", "gaps", "helpdesk"]
-    assert eval(checks) == [("event_batches", "file_not_rejected"), ("event_batches", "no_new_rejected_files"), ("event_batches", "no_unrouted_records"),
+    assert eval(checks) == [("event_batches", "file_not_rejected"), ("event_batches", "no_new_rejected_files"), ("event_batches", "no_new_unrouted_records"),
                             ("helpdesk", "conservation"),
                             ("helpdesk", "expectations"), ("helpdesk", "keys_unique"), ("helpdesk", "late_rate"),
                             ("helpdesk", "no_handler_bugs"),

@@ -56,7 +56,7 @@ def test_asset_graph_has_the_expected_keys_and_checks():
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {(v.name, n) for v in BANK_VIEWS for n in VIEW_CHECKS} | {
         ("event_batches", "file_not_rejected"), ("event_batches", "no_new_rejected_files"),
-        ("event_batches", "no_unrouted_records")}
+        ("event_batches", "no_new_unrouted_records")}
     for view in BANK_VIEWS:
         assert graph.get(dg.AssetKey(view.name)).parent_keys == {dg.AssetKey("event_batches")}
     assert {"ingest_and_project", "ingest_batch", "project_views", "rebuild_view"} <= \
