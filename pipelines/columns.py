@@ -57,7 +57,9 @@ def _varchar(sql_type: str, null: Callable[[], None], where: str) -> Converter:
 
 def _boolean(sql_type: str, null: Callable[[], None], where: str) -> Converter:
     def convert(v: Any) -> Any:
-        return null() if v is None else _raise(_wrong_type(where, sql_type, v))  # bool took the fast path
+        if isinstance(v, bool):  # a key's value (a row's took the fast path)
+            return bool(v)
+        return null() if v is None else _raise(_wrong_type(where, sql_type, v))
     return convert
 
 
@@ -69,7 +71,8 @@ def _integer(sql_type: str, null: Callable[[], None], where: str) -> Converter:
             return null()
         if isinstance(v, int) and not isinstance(v, bool):
             out = int(v)
-        elif isinstance(v, (Decimal, float)) and math.isfinite(v) and v == int(v):
+        elif isinstance(v, (Decimal, float)) and (v.is_finite() if isinstance(v, Decimal) else math.isfinite(v)) \
+                and v == int(v):
             out = int(v)
         else:
             raise _wrong_type(where, sql_type, v)
@@ -85,7 +88,10 @@ def _double(sql_type: str, null: Callable[[], None], where: str) -> Converter:
             return null()
         if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
             raise _wrong_type(where, sql_type, v)
-        out = float(v) if not isinstance(v, int) or abs(v) < 1 << 1023 else math.inf
+        try:
+            out = float(v)
+        except (OverflowError, ValueError):  # an int past DOUBLE's range, a signalling NaN
+            out = math.inf
         if not math.isfinite(out):
             raise Reject(f"{where}: {v} does not fit DOUBLE")
         return out

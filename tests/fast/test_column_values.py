@@ -1,0 +1,173 @@
+"""A handler's values against an independent statement of what each column type holds (pipelines/columns.py's
+doc, docs/VIEWS.md): a row normalised for a table declared inside the test, value by value, against Python's
+own `decimal`, `datetime` and integer arithmetic; the generated fast path and the per-value converter agree."""
+
+from __future__ import annotations
+
+import math
+import sys
+from datetime import date, datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Context, Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.columns import column_converter, row_normaliser, sum_check
+from pipelines.message import Reject
+from tests.profiles import examples
+
+INT_BOUNDS = {"BIGINT": 63, "INTEGER": 31}
+EXACT = Context(prec=2000)
+
+
+def decimal_type(draw_p: int, draw_s: int) -> str:
+    return f"DECIMAL({draw_p},{draw_s})"
+
+
+SQL_TYPES = st.sampled_from(["VARCHAR", "BOOLEAN", "BIGINT", "INTEGER", "DOUBLE", "DATE", "TIMESTAMPTZ"]) | \
+    st.integers(1, 38).flatmap(lambda p: st.integers(0, p).map(lambda s: decimal_type(p, s)))
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=5),
+    st.sampled_from(["2026-02-28", "2026-02-30", "2026-11-28T10:00:00", "2026-11-28T10:00:00+02:00", "soon"]),
+    st.integers(-(1 << 70), 1 << 70) | st.sampled_from([(1 << 63) - 1, 1 << 63, -(1 << 63), (1 << 31), 1 << 1100, 1 << 1023, -(1 << 1023) * 3 // 2, int(sys.float_info.max),
+                                                            int(sys.float_info.max) + (1 << 970)]),
+    st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.5, 2.5, -2.5, 1e300, 3.0]),
+    st.decimals(allow_nan=True, allow_infinity=True) | st.sampled_from(
+        [Decimal("99.995"), Decimal("-99.995"), Decimal("0.005"), Decimal("1E+40"), Decimal("7.000")]),
+    st.dates(), st.datetimes(timezones=st.none() | st.just(timezone.utc) | st.just(timezone(timedelta(hours=5)))),
+    st.lists(st.integers(), max_size=1),
+)
+
+
+def expected(sql_type: str, v: Any, nullable: bool) -> tuple[str, Any]:
+    """("ok", value) | ("reject",) | ("bug", TypeError or ValueError)."""
+    if v is None:
+        return ("ok", None) if nullable else ("bug", ValueError)
+    if sql_type == "VARCHAR":
+        return ("ok", v) if isinstance(v, str) else ("bug", TypeError)
+    if sql_type == "BOOLEAN":
+        return ("ok", v) if isinstance(v, bool) else ("bug", TypeError)
+    if sql_type in INT_BOUNDS:
+        if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+            return "bug", TypeError
+        if not isinstance(v, int) and not (v.is_finite() if isinstance(v, Decimal) else math.isfinite(v)):
+            return "bug", TypeError
+        if not isinstance(v, int) and v != v.to_integral_value() if isinstance(v, Decimal) else \
+                isinstance(v, float) and not v.is_integer():
+            return "bug", TypeError
+        n, bits = int(v), INT_BOUNDS[sql_type]
+        return ("ok", n) if -(1 << bits) <= n < (1 << bits) else ("reject",)
+    if sql_type == "DOUBLE":
+        if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+            return "bug", TypeError
+        if isinstance(v, Decimal) and not v.is_finite():
+            return ("reject",)
+        out = Decimal(v) if isinstance(v, int) else v
+        return ("ok", float(v)) if abs(out) <= Decimal(sys.float_info.max) else ("reject",)
+    if sql_type.startswith("DECIMAL"):
+        if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+            return "bug", TypeError
+        d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+        if not d.is_finite():
+            return ("reject",)
+        precision, scale = map(int, sql_type[8:-1].split(","))
+        q = d.quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP, EXACT)
+        return ("ok", q) if abs(q) < Decimal(10) ** (precision - scale) else ("reject",)
+    if sql_type == "DATE":
+        if isinstance(v, str):
+            try:
+                return "ok", date.fromisoformat(v)
+            except ValueError:
+                return ("reject",)
+        return ("ok", date(v.year, v.month, v.day)) if type(v) is date else ("bug", TypeError)
+    if isinstance(v, str):  # TIMESTAMPTZ
+        try:
+            v = datetime.fromisoformat(v)
+        except ValueError:
+            return ("reject",)
+    if not isinstance(v, datetime):
+        return "bug", TypeError
+    return "ok", (v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc))
+
+
+def outcome(convert, *args) -> tuple[str, Any]:
+    try:
+        return "ok", convert(*args)
+    except Reject:
+        return ("reject",)
+    except (TypeError, ValueError) as exc:
+        return "bug", type(exc)
+
+
+def same(got: tuple, want: tuple) -> bool:
+    if got[0] != want[0] or got[0] != "ok":
+        return got == want
+    a, b = got[1], want[1]
+    if isinstance(b, Decimal):  # the same digits and exponent: 1.50 is not 1.5 in a DECIMAL(4,2)
+        return type(a) is Decimal and a.as_tuple() == b.as_tuple()
+    if isinstance(b, datetime):
+        return type(a) is datetime and a == b and a.utcoffset() == timedelta(0)
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sql_type=SQL_TYPES, value=VALUES, nullable=st.booleans())
+def test_each_value_is_held_exactly_as_its_column_type_says(sql_type, value, nullable):
+    want = expected(sql_type, value, nullable)
+    assert same(outcome(column_converter(sql_type, nullable, "t.c"), value), want), (sql_type, value, want)
+    normalise = row_normaliser("t", {"c": sql_type}, () if nullable else ("c",))
+    got = outcome(lambda row: normalise(row)["c"], {"c": value})
+    assert same(got, want), (sql_type, value, got, want)
+
+
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(columns=st.lists(SQL_TYPES, min_size=1, max_size=4), data=st.data())
+def test_a_row_gets_every_column_in_order_and_the_first_bad_value_decides(columns, data):
+    names = [f"c{i}" for i in range(len(columns))]
+    key = tuple(n for n in names if data.draw(st.booleans(), label=f"{n} in the key"))
+    row = {n: data.draw(VALUES, label=n) for n in names if data.draw(st.booleans(), label=f"{n} given")}
+    got = outcome(row_normaliser("t", dict(zip(names, columns)), key), row)
+    for name, sql_type in zip(names, columns):
+        one = expected(sql_type, row.get(name), name not in key)
+        if one[0] != "ok":
+            assert got == one, (row, got, one)
+            return
+    assert got[0] == "ok" and list(got[1]) == names
+    for name, sql_type in zip(names, columns):
+        assert same(("ok", got[1][name]), expected(sql_type, row.get(name), True))
+
+
+def test_an_unknown_column_is_a_bug_naming_it_and_a_reject_names_the_column():
+    normalise = row_normaliser("orders", {"order_id": "VARCHAR", "total": "DECIMAL(4,2)"}, ("order_id",))
+    with pytest.raises(ValueError, match=r"orders: unknown columns \['totl'\]"):
+        normalise({"order_id": "o-1", "totl": 1})
+    with pytest.raises(Reject, match=r"orders.total: 99.995 is out of range for DECIMAL\(4,2\)"):
+        normalise({"order_id": "o-1", "total": Decimal("99.995")})
+    with pytest.raises(ValueError, match="orders.order_id is part of the primary key"):
+        normalise({"total": 1})
+    with pytest.raises(ValueError, match="unsupported type 'TEXT'"):
+        column_converter("TEXT", True, "orders.note")
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(sql_type=st.sampled_from(["BIGINT", "INTEGER", "DOUBLE", "DECIMAL(6,2)", "DECIMAL(38,0)", "VARCHAR"]),
+       total=st.integers(-(1 << 70), 1 << 70) | st.sampled_from([math.inf, -math.inf, 1.5]) |
+       st.decimals(min_value=-10**40, max_value=10**40, places=2))
+def test_a_sum_is_refused_exactly_when_its_column_cannot_hold_it(sql_type, total):
+    check = sum_check(sql_type, "t.n")
+    if sql_type == "VARCHAR":
+        assert check is None
+        return
+    if sql_type in INT_BOUNDS and not isinstance(total, int) or sql_type == "DOUBLE" and isinstance(total, Decimal) \
+            or sql_type.startswith("DECIMAL") and not isinstance(total, Decimal):
+        return  # a sum is of values already converted to the column's type
+    if sql_type in INT_BOUNDS:
+        fits = -(1 << INT_BOUNDS[sql_type]) <= total < 1 << INT_BOUNDS[sql_type]
+    elif sql_type == "DOUBLE":
+        fits = math.isfinite(total)
+    else:
+        precision, scale = map(int, sql_type[8:-1].split(","))
+        fits = abs(total) < Decimal(10) ** (precision - scale)
+    assert outcome(check, total) == (("ok", None) if fits else ("reject",))
