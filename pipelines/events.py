@@ -176,9 +176,7 @@ _IMMUTABLE = (str, int, float, bool, Decimal, datetime.date, datetime.datetime, 
 
 
 def _immutable(hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    if origin is typing.Annotated:
-        return _immutable(typing.get_args(hint)[0])
+    origin = typing.get_origin(hint)  # no Annotated: `_shareable` reads the hints without their extras
     if origin is typing.Literal or hint in _IMMUTABLE:
         return True
     if origin in (tuple, frozenset) or _is_union(hint):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 from decimal import Decimal
 from typing import Annotated, Optional
 
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inorder import Check, Event, Reject
-from pipelines.events import PayloadDecoder, TypedHandler
+from pipelines.events import PayloadDecoder, TypedHandler, payload_checker
 from pipelines.message import Message
 from tests.profiles import examples
 
@@ -177,3 +178,73 @@ def test_a_check_on_a_nested_class_is_refused_from_the_outer_class():
 def test_a_bound_that_is_not_a_number_is_refused(bound):
     with pytest.raises(TypeError, match="must be a number"):
         Check(gt=bound)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(bounds=st.dictionaries(st.sampled_from(list(OPERATORS)), BOUNDS, max_size=4),
+       places=st.none() | st.integers(0, 3),
+       value=NUMBERS | st.sampled_from([Decimal("NaN"), Decimal("-Infinity"), Decimal("1.500"), Decimal("100"),
+                                        Decimal("0.10"), Decimal("0E-9"), Decimal("-0.0050")]))
+def test_a_check_says_the_problem_of_a_value_and_its_generated_checker_agrees(bounds, places, value):
+    """`Check` itself (built here, not taken from typing's cache of an earlier equal `Annotated`), and the
+    generated checker of a class of two checked fields: the first field that breaks its rule is named."""
+    rule = Check(places=places, **bounds)
+    want = expected_problem(value, bounds, places)
+    assert same_bound_spelling(rule.problem(value), want)
+    assert rule.problem(None) is None
+    check = payload_checker((("first", rule), ("second", Check(ge=Decimal(0)))))
+    for second, second_breaks in ((Decimal(1), False), (Decimal(-1), True)):
+        found = check(types.SimpleNamespace(first=value, second=second))
+        if want is not None:
+            assert found is not None and found[0] == "first" and same_bound_spelling(found[1], want)
+        else:
+            assert found == (("second", "must be >= 0, got -1") if second_breaks else None)
+
+
+def test_every_checked_field_of_a_class_is_checked_and_an_annotation_that_is_not_a_check_is_no_rule():
+    pair = msgspec.defstruct("Pair", [("low", Annotated[Decimal, Check(ge=0)]), ("high", Annotated[int, "a doc", Check(le=9)]),
+                                      ("note", Annotated[str, "a doc"], "")])
+    handler = TypedHandler(lambda p, t: None, pair)
+    assert refusal(handler, '{"low": -1, "high": 3}', "Pair") == "Pair: `low` must be >= 0, got -1"
+    assert refusal(handler, '{"low": 1, "high": 10}', "Pair") == "Pair: `high` must be <= 9, got 10"
+    assert refusal(handler, '{"low": 1, "high": 9, "note": "x"}', "Pair") is None
+
+
+@pytest.mark.parametrize("field_type", [
+    Annotated[list[Annotated[int, Check(ge=0)]], "a list of counts"],
+    Optional[Annotated[list[Annotated[int, Check(ge=0)]], Check(ge=0)]],
+])
+def test_a_check_inside_an_annotated_field_is_refused_with_the_way_forward(field_type):
+    box = msgspec.defstruct("Box", [("values", field_type)])
+    with pytest.raises(TypeError) as raised:
+        PayloadDecoder(box)
+    assert str(raised.value).startswith("Box.values: a Check inside ") and str(raised.value).endswith(
+        " is never run: put it on the field itself (or on the nested class's own field, registered as its own type)")
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_class_that_refers_to_itself_is_decoded_and_a_check_its_children_would_skip_is_refused(checked):
+    n_type = Annotated[int, Check(ge=0)] if checked else int
+    node = msgspec.defstruct("Node", [("n", n_type), ("children", "list[Node]", [])], frozen=True)
+    node.__annotations__["children"] = list[node]  # a class that refers to itself, resolved
+    if checked:  # the children's `n` would be decoded and never checked
+        with pytest.raises(TypeError, match=r"Node.children: a Check inside list\[.*Node\] is never run"):
+            PayloadDecoder(node)
+        return
+    decoder = PayloadDecoder(node)
+    assert decoder.decode('{"n": 1, "children": [{"n": 2, "children": [{"n": 3}]}]}').children[0].children[0].n == 3
+
+
+@pytest.mark.parametrize("frozen_inner, shared", [(True, True), (False, False)])
+def test_a_nested_class_is_shared_only_when_it_is_shareable_itself(frozen_inner, shared):
+    inner = msgspec.defstruct("Inner", [("n", int)], frozen=frozen_inner)
+    outer = msgspec.defstruct("Outer", [("inner", inner), ("tags", tuple[inner, ...], ())], frozen=True)
+    decoder = PayloadDecoder(outer)
+    assert (decoder.decode('{"inner": {"n": 1}}') is decoder.decode('{"inner": {"n": 1}}')) == shared
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_dataclass_is_shared_only_when_frozen(frozen):
+    point = dataclasses.make_dataclass("Point", [("x", int), ("y", Optional[Decimal], None)], frozen=frozen)
+    decoder = PayloadDecoder(point)
+    assert (decoder.decode('{"x": 1}') is decoder.decode('{"x": 1}')) == frozen
