@@ -16,5 +16,5 @@ mutation:
 	bash scripts/setup.sh
 	.venv/bin/python -m pip install -q -r requirements-mutation.lock
 	rm -rf mutants
-	HYPOTHESIS_PROFILE=mutation .venv/bin/mutmut run
+	HYPOTHESIS_PROFILE=mutation .venv/bin/python -m tests.postgres_server .venv/bin/mutmut run  # one PostgreSQL server for every mutant
 	.venv/bin/python scripts/mutation_report.py

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mutmut.stats import status_by_exit_code
 
-FILES = ("pipelines/engine/order.py", "pipelines/engine/apply.py", "pipelines/engine/normalise.py")
+FILES = tuple(tomllib.loads(Path("pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"])
 EXPLAINED = Path("docs/mutants_explained.toml")
 UNDETECTED = ("survived", "no tests", "suspicious")
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     why = explanations()
     failing = False
-    print(f"{'file':24} {'mutants':>7} {'checked':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'no tests':>8} "
+    print(f"{'file':32} {'mutants':>7} {'checked':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'no tests':>8} "
           f"{'detected':>8} {'explained':>9}")
     undetected_anywhere: set[str] = set()
     for path in FILES:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         undetected_anywhere.update(undetected)
         unexplained = [name for name in undetected if name not in why]
         failing |= checked < len(found) or (share < args.target and bool(unexplained))
-        print(f"{path:24} {len(found):7} {checked:7} {killed:7} {counts['timeout']:7} {counts['survived']:8} "
+        print(f"{path:32} {len(found):7} {checked:7} {killed:7} {counts['timeout']:7} {counts['survived']:8} "
               f"{counts['no tests']:8} {share:7.1f}% {len(undetected) - len(unexplained):9}")
         for name in undetected:
             print(f"    {found[name]}: {name}" + (f"  [{why[name]}]" if name in why else "  [NOT EXPLAINED]"))

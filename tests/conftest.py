@@ -29,6 +29,8 @@ def pytest_collection_modifyitems(items) -> None:
         tier = item.path.parent.name
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.jvm)  # `make mutation` leaves these out: a JVM per mutant is out of reach
 
 
 @pytest.fixture(scope="session")
@@ -68,8 +70,12 @@ def _warm_session(root):
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server for the whole test run (tests/postgres_server.py): its libpq connection string.
-    Never skipped: without the server binaries the tests that need it fail, saying how to install them."""
+    Never skipped: without the server binaries the tests that need it fail, saying how to install them.
+    INORDER_TEST_POSTGRES names a server already running instead (`make mutation`'s, one for all its runs)."""
     from tests.postgres_server import PostgresServer
 
+    if os.environ.get("INORDER_TEST_POSTGRES"):
+        yield os.environ["INORDER_TEST_POSTGRES"]
+        return
     with PostgresServer() as server:
         yield server.dsn

@@ -4,6 +4,9 @@ folder, listening on a free loopback port, stopped (and the folder removed) at t
 As root (CI), the server runs as the `postgres` user, since `initdb` refuses root. The binaries
 come from INORDER_PG_BIN, `pg_config --bindir`, or Debian's /usr/lib/postgresql/<version>/bin;
 `scripts/setup.sh` installs Debian's `postgresql` where it can.
+
+    python -m tests.postgres_server COMMAND…  runs COMMAND with INORDER_TEST_POSTGRES naming a server of its own
+(`make mutation`: one server for every mutant's test run, not one each).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -92,3 +96,8 @@ class PostgresServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+if __name__ == "__main__":
+    with PostgresServer() as server:
+        sys.exit(subprocess.run(sys.argv[1:], env={**os.environ, "INORDER_TEST_POSTGRES": server.dsn}).returncode)
