@@ -9,9 +9,9 @@ bench-quick:
 	bash scripts/setup.sh
 	.venv/bin/python -m bench --quick
 
-# Mutation testing of the ordering core (pipelines/engine/order.py, apply.py, normalise.py) with the fast tests
-# (pyproject.toml [tool.mutmut]); prints killed / survived / timeout per file. Not part of CI: it takes
-# about 10 minutes on 2 cores. Survivors no test kills are explained in docs/mutants_explained.toml.
+# Mutation testing (pyproject.toml [tool.mutmut], docs/TESTING.md) with the tests that need no JVM; prints killed /
+# survived / timeout per file. Not part of CI: it takes about an hour on 2 cores. Survivors are explained in
+# docs/mutants_explained.toml.
 mutation:
 	bash scripts/setup.sh
 	.venv/bin/python -m pip install -q -r requirements-mutation.lock

@@ -18,12 +18,13 @@ from pipelines.faults import crash_point
 from pipelines.engine.ingest import IngestResult, archive_path
 from pipelines.facade import ingest_batch
 from pipelines.engine.routing import unrouted
+from pipelines.observe import checks
 from pipelines.store.database import Home
 from pipelines.view import View
 from resources import HomeResource
 
 REJECTED_BATCHES = "rejected_batches"  # the Failure's metadata: each rejected batch's own metadata (JSON)
-FILE_NOT_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), "file_not_rejected")  # one verdict per partition
+FILE_NOT_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), checks.FILE_CHECK)  # one verdict per partition
 
 
 def batch_metadata(home: Home, views: Sequence[View], result: IngestResult) -> dict:

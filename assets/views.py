@@ -206,7 +206,7 @@ def _project(context: dg.AssetExecutionContext, config: ProjectionConfig, spark:
     if stats.publish_error:
         context.log.warning(f"publishing to PostgreSQL failed: {stats.publish_error}")
     with Store.open_read_only(home) as store:
-        positions = read_positions(store.con, selected)
+        positions = read_positions(store.con, selected, store.home.settings)
         for view_name, refusal in stats.refused.items():
             context.log.error(refusal)
             yield dg.AssetObservation(asset_key=view_name, metadata={REFUSED: dg.MetadataValue.text(refusal)})
@@ -240,7 +240,7 @@ def _operator(context: dg.AssetExecutionContext, config: ProjectionConfig, spark
     if not streams:
         return
     with Store.open_read_only(home) as store:
-        positions = read_positions(store.con, [view])
+        positions = read_positions(store.con, [view], store.home.settings)
         yield dg.MaterializeResult(asset_key=view.name, metadata={
             **view_metadata(store, home, view, last_run_counts(store.con, view.name), len(streams)),
             **publication_metadata(positions, view.name, None), OPERATOR_STREAMS: dg.MetadataValue.json(streams)})
@@ -255,7 +255,7 @@ def _publish(config: ProjectionConfig, home: Home, selected: list[View]) -> Iter
     done = publish(home, selected, by_name[config.full] if config.full else None)
     published = [by_name[p.view] for p in done]
     with Store.open_read_only(home) as store:
-        positions = read_positions(store.con, published)
+        positions = read_positions(store.con, published, store.home.settings)
         for publication, view in zip(done, published):
             yield dg.MaterializeResult(asset_key=view.name, metadata={
                 **view_metadata(store, home, view, {}, 0), **publication_metadata(positions, view.name, None),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from bench import data
 from bench.data import jsonl_files, land
 from bench.measure import RssSampler, timer
 from pipelines.facade import run
@@ -23,7 +24,7 @@ JSON_SCHEMA = "stream_id string, seq long, type string, payload string, occurred
 
 def fresh_home(root: Path) -> Home:
     shutil.rmtree(root, ignore_errors=True)
-    return Home(root).ensure()
+    return data.home(root).ensure()
 
 
 def engine_run(spark: SparkSession, home_root: Path, inputs: Path, spark_start_s: float,

@@ -14,7 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipelines.config import Settings
 from pipelines.registry import load_views
+from pipelines.store.database import Home
 
 BANK_VIEWS = load_views("views")  # the bench measures the bank demo, whatever INORDER_VIEWS says
 EVENTS_PER_STREAM = 20
@@ -136,3 +138,16 @@ def growth_batch(cache: Path, streams: int, touched: int) -> Path:
     if not path.exists():
         _account_events(path, range(min(touched, streams)), range(4, 5))
     return path
+
+
+def home(root: Path) -> Home:
+    """A benchmark's home, configured by the environment's INORDER_* variables (the suite is a process's edge)."""
+    return Home.of(Settings.from_env(), root)
+
+
+def session():
+    """The benchmark's Spark session, as the environment's INORDER_SPARK_MASTER and INORDER_SPARK_CONF say."""
+    from pipelines.spark.session import spark_session
+
+    settings = Settings.from_env()
+    return spark_session(settings.spark_master, settings.spark_conf)

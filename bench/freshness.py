@@ -30,6 +30,7 @@ from pathlib import Path
 import duckdb
 
 from bench.bulk import T0, fresh_home
+from bench import data
 from bench.data import BANK_VIEWS, bank_batches, incremental_batch, inorder_cli, jsonl_files, land
 from bench.incremental import T_INCREMENT
 from pipelines.facade import run
@@ -50,7 +51,7 @@ STEP_PARTS = ("event_batches", "projections")
 
 def store_template(spark, cache: Path, events: int) -> Home:
     """The bank store after `events` events at logical time T0 (built once by the engine, then copied)."""
-    home = Home(cache / f"store-bank-{events}")
+    home = data.home(cache / f"store-bank-{events}")
     if (home.root / ".done").exists():
         return home
     fresh_home(home.root)
@@ -163,7 +164,6 @@ class DagsterDev:
         env = _env(home)
         from inorder.dagster_runs import dagster_home
 
-        os.environ["INORDER_HOME"] = str(home.root)
         dagster_home(home)  # the instance config (run queue, concurrency) `inorder run` writes
         self.process = subprocess.Popen(
             [str(Path(sys.executable).with_name("dagster")), "dev", "-h", "127.0.0.1", "-p", str(port)],
@@ -237,7 +237,7 @@ def freshness_case(spark, work: Path, cache: Path, store_events: int, batch_even
                    say=print) -> dict:
     template = store_template(spark, cache, store_events)
     batches = [incremental_batch(cache, batch_events, r) for r in range(1, rounds + 1)]
-    home = Home(work / "freshness")
+    home = data.home(work / "freshness")
     result: dict = {"store_events": store_events, "batch_events": batch_events, "rounds": rounds}
 
     say(f"freshness: engine alone, warm session ({rounds} rounds)")
@@ -273,7 +273,6 @@ def freshness_case(spark, work: Path, cache: Path, store_events: int, batch_even
 if __name__ == "__main__":
     import argparse
 
-    from pipelines.spark.session import spark_session
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store-events", type=int, default=1_000_000)
@@ -282,5 +281,5 @@ if __name__ == "__main__":
     parser.add_argument("--work", default=str(Path(__file__).resolve().parents[1] / ".inorder" / "bench"))
     args = parser.parse_args()
     work = Path(args.work)
-    print(json.dumps(freshness_case(spark_session(), work / "scratch", work / "inputs", args.store_events,
+    print(json.dumps(freshness_case(data.session(), work / "scratch", work / "inputs", args.store_events,
                                     args.batch_events, args.rounds), indent=1))

@@ -53,6 +53,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from pyspark.sql.types import StructType
 
 from bench.measure import RssSampler
+from bench import data
 from bench.peer import COMPARED, ORDERING_VIEW, inorder_ordering, ordering_entries
 from pipelines.engine.ingest import archive_path
 from pipelines.observe.status import open_read_only
@@ -277,7 +278,6 @@ def run(spark: SparkSession, home: Home, work: Path, sampler: RssSampler, view: 
 def main(argv: list[str] | None = None) -> int:
     from bench import bulk, data
     from pipelines.facade import ingest_batch
-    from pipelines.spark.session import spark_session
 
     root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="python -m bench.state_peer", description=__doc__.split("\n\n")[0])
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     work = Path(args.work)
     with RssSampler() as sampler:
-        spark = spark_session()
+        spark = data.session()
         inputs = data.bank_batches(work / "inputs", args.events)
         home = bulk.fresh_home(work / "state-peer-home")
         data.land(data.jsonl_files(inputs), home.landing)

@@ -17,7 +17,6 @@ from pathlib import Path
 from bench import bulk, data, freshness, incremental, peer, prior_art, state_peer, tick
 from bench.measure import RssSampler, timer
 from pipelines.facade import run
-from pipelines.spark.session import spark_session
 from pipelines.store.database import Home
 from bench.data import BANK_VIEWS
 from demos.bank import GeneratorConfig, generate
@@ -53,7 +52,7 @@ def size_task(spark, task: dict, work: Path, cache: Path, spark_start_s: float, 
     floor = bulk.spark_floor(spark, inputs, root / "floor")
     say(f"  floor {floor['wall_s']:.1f} s: bulk / floor = {engine['wall_s'] / floor['wall_s']:.2f}")
     result = {"events": n, "bulk": engine, "floor": {**floor, "ratio": engine["wall_s"] / floor["wall_s"]}}
-    home = Home(root / "home")
+    home = data.home(root / "home")
     if task.get("incremental"):
         batches = [data.incremental_batch(cache, task["incremental"], r) for r in range(1, data.INCREMENTAL_ROUNDS + 1)]
         say(f"incremental: {task['incremental']:,} events onto an empty store, then onto {n:,} "
@@ -83,7 +82,7 @@ def prior_art_task(spark, task: dict, work: Path, cache: Path, spark_start_s: fl
     root = work / f"prior-{n}"
     say(f"prior art: inorder run on the {n:,}-event sample, then the per-message method")
     _, engine = bank_run(spark, cache, n, root, spark_start_s, sampler)
-    result = prior_art.per_message(Home(root / "home"), root / "prior.duckdb", BANK_VIEWS)
+    result = prior_art.per_message(data.home(root / "home"), root / "prior.duckdb", BANK_VIEWS)
     check = prior_art.check_against(engine["views"], result["views"])
     say(f"  inorder {engine['events_per_s']:,.0f} events/s, per-message {result['events_per_s']:,.0f} events/s, "
         f"counts match: {all(c['match'] for c in check.values())}")
@@ -118,7 +117,7 @@ def main(plan_path: str, result_path: str) -> None:
     out: dict = {"tasks": []}
     with RssSampler() as sampler:
         with timer() as t:
-            spark = spark_session()
+            spark = data.session()
         out["spark_start_s"] = t["s"]
         say(f"Spark session started in {t['s']:.1f} s")
         out["warm_up_s"] = warm_up(spark, work)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from inorder.terminal import say
 from pipelines import faults
+from pipelines.config import Settings
 from pipelines.observe.status import plural
 from pipelines.store.database import Home
 from pipelines.engine.outcomes import COUNTED
@@ -96,7 +97,7 @@ def _fraction(text: str) -> float:
 
 
 def _spark():
-    """A lazy session: the engine starts Spark only when a pass has work."""
+    """A lazy session: the engine starts Spark only when a pass has work (for the home it is given)."""
     from pipelines.spark.session import spark_session
 
     return spark_session
@@ -106,11 +107,9 @@ DEMO_HOMES = (".inorder/demo", ".inorder/demo-shop")  # where scripts/demo.sh ma
 DEMO_MARKER = ".made-by-inorder-demo"  # the file scripts/home_kind.sh looks for
 
 
-def _demo_home_hint() -> str:
+def _demo_home_hint(settings: Settings) -> str:
     """When INORDER_HOME is unset and a demo home exists here, the line to reach it (the likely meaning)."""
-    import os
-
-    if os.environ.get("INORDER_HOME"):
+    if settings.home != Settings.home:
         return ""
     demos = [Path(d).resolve() for d in DEMO_HOMES if (Path(d) / DEMO_MARKER).is_file()]
     if not demos:
@@ -118,13 +117,13 @@ def _demo_home_hint() -> str:
     return f"; the demo's home is {demos[0]}: `export INORDER_HOME={demos[0]}`"
 
 
-def _home() -> Home:
+def _home(args: argparse.Namespace) -> Home:
     """The home of a command that reads or writes one: a mistyped INORDER_HOME is refused in one line
     instead of becoming a new, empty store."""
-    home = Home.from_env()
+    home = Home.of(args.settings)
     if not home.exists:
         raise NotAHome(f"no inorder home at {home.root} (neither {home.landing} nor {home.database} exists)"
-                       + (_demo_home_hint() or f": check INORDER_HOME, or create one with `inorder init {home.root}`"))
+                       + (_demo_home_hint(args.settings) or f": check INORDER_HOME, or create one with `inorder init {home.root}`"))
     return home
 
 
@@ -167,8 +166,8 @@ def cmd_init(args: argparse.Namespace) -> None:
     from pipelines.registry import load_views, views_folder_to_record
 
     folder = views_folder_to_record(args.views) if args.views else None
-    views = load_views(args.views) if args.views else _views()
-    home = Home.from_env(args.home)
+    home = Home.of(args.settings, args.home)
+    views = load_views(args.views) if args.views else _views(args, home)
     existed = home.exists
     recorded = home.recorded_views()
     if args.views and recorded is not None and recorded != args.views:
@@ -184,22 +183,22 @@ def cmd_init(args: argparse.Namespace) -> None:
               + (f" from {folder}" if folder else "") + " unless INORDER_VIEWS is set")
 
 
-def _views():
-    """The views of INORDER_VIEWS, refused with one line (before anything touches the store) when
-    they cannot run together."""
+def _views(args: argparse.Namespace, home: Home | None = None):
+    """The views of INORDER_VIEWS (else the ones the home recorded), refused with one line (before anything
+    touches the store) when they cannot run together."""
     from pipelines.registry import load_views
 
-    return load_views()
+    return load_views(home=home or Home.of(args.settings))
 
 
-def _store_views():
+def _store_views(args: argparse.Namespace):
     """The home, and the views of INORDER_VIEWS: views that cannot run together are refused first, then
     views the home's store does not hold (ViewSetMismatch, exit 5), each in one line, before anything is
     written."""
     from pipelines.store.database import Store
 
-    views = _views()
-    home = _home()
+    views = _views(args)
+    home = _home(args)
     if home.database.exists():
         Store.open_read_only(home, views).close()
     return home, views
@@ -241,13 +240,12 @@ def _run_document(report: CliRun) -> dict:
     }
 
 
-def _add_views(home: Home, names: list[str]) -> None:
+def _add_views(home: Home, views, names: list[str]) -> None:
     """`inorder run --add-views`: record views the store does not hold yet (and make their tables), the
     explicit act that lets INORDER_VIEWS bring them to a store holding others."""
     from pipelines.registry import view_named
     from pipelines.store.database import Store
 
-    views = _views()
     for name in names:
         view_named(views, name)
     Store.open(home, views, adding=names).close()
@@ -258,10 +256,10 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     from pipelines.engine.routing import describe_unrouted, subscribed_types
 
-    views = _views()
-    home = _home()
+    views = _views(args)
+    home = _home(args)
     if args.add_views:
-        _add_views(home, args.add_views)
+        _add_views(home, views, args.add_views)
     subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)
     run = _run_document(run_through_dagster(home, views, args.now))
     for line in _batch_warnings(run["batches"], subscribed):
@@ -322,22 +320,22 @@ def _batch_warnings(batches: list[dict], subscribed: list[str]) -> list[str]:
     return lines
 
 
-def _store(views=None):
+def _store(args: argparse.Namespace, views=None):
     """A read-only connection to the home's store (it waits while a run holds the file, like every reader),
     refusing loaded views the store does not hold (exit 5)."""
     from pipelines.store.database import Store
 
-    return Store.open_read_only(_home(), _views() if views is None else views)
+    return Store.open_read_only(_home(args), _views(args) if views is None else views)
 
 
 def cmd_status(args: argparse.Namespace) -> None:
     from pipelines.serve.publish import format_positions, read_positions
     from pipelines.observe.status import format_status, read_status, status_document
 
-    views = _views()
-    with _store(views) as store:
+    views = _views(args)
+    with _store(args, views) as store:
         status = read_status(store.con, views)
-        positions = read_positions(store.con, views)
+        positions = read_positions(store.con, views, store.home.settings)
     if args.json:
         _print_json(status_document(status, positions))
         return
@@ -348,12 +346,12 @@ def cmd_status(args: argparse.Namespace) -> None:
         print("\n".join(format_positions(positions.entries)))
 
 
-def _known_view(name: str | None) -> None:
+def _known_view(args: argparse.Namespace, name: str | None) -> None:
     """Refuse a --view that names no view of INORDER_VIEWS, listing the known ones."""
     from pipelines.registry import view_named
 
     if name is not None:
-        view_named(_views(), name)
+        view_named(_views(args), name)
 
 
 def _print_listing(args: argparse.Namespace, counts: dict[str, int], key: str, rows: Sequence,
@@ -373,8 +371,8 @@ def cmd_errors(args: argparse.Namespace) -> None:
 
     if args.id is not None:
         return _print_error_row(args)
-    _known_view(args.view)
-    with _store() as store:
+    _known_view(args, args.view)
+    with _store(args) as store:
         if args.batch is not None and not store.con.execute(
                 "SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ?", [args.batch]).fetchone()[0]:
             raise LookupError(f"no batch {args.batch!r} in the ingest log (`inorder status` lists the batches)")
@@ -393,7 +391,7 @@ def _print_error_row(args: argparse.Namespace) -> None:
     malformed record's text) indented under its column's name."""
     from pipelines.observe.status import read_error
 
-    with _store() as store:
+    with _store(args) as store:
         row = read_error(store.con, args.id)
     if row is None:
         raise LookupError(f"no error log row with id {args.id} (`inorder errors` lists them, the id first)")
@@ -414,9 +412,9 @@ def _print_error_row(args: argparse.Namespace) -> None:
 def cmd_pending(args: argparse.Namespace) -> None:
     from pipelines.observe.status import BLOCKED_HEADER, blocked_streams
 
-    views = _views()
-    _known_view(args.view)
-    with _store(views) as store:
+    views = _views(args)
+    _known_view(args, args.view)
+    with _store(args, views) as store:
         blocked = blocked_streams(store.con, views, args.view, args.limit)
     _print_listing(args, {"total": blocked.total, "blocked": blocked.blocked, "parked": blocked.parked,
                           "distinct_streams": blocked.streams}, "streams", blocked.oldest, BLOCKED_HEADER,
@@ -427,7 +425,7 @@ def cmd_query(args: argparse.Namespace) -> None:
     import csv
     from pipelines.store.database import Store
 
-    with Store.open_read_only(_home()) as store:  # any SQL, whatever INORDER_VIEWS loads
+    with Store.open_read_only(_home(args)) as store:  # any SQL, whatever INORDER_VIEWS loads
         cursor = store.con.execute(args.sql)
         names = [d[0] for d in cursor.description or ()]
         rows = cursor.fetchall()
@@ -447,7 +445,7 @@ def cmd_operator(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import operator_through_dagster
     from pipelines.registry import view_named
 
-    home, views = _store_views()
+    home, views = _store_views(args)
     view_named(views, args.view)
     streams = operator_through_dagster(home, views, args.view, None if args.all else [args.stream], args.command)
     if not streams:
@@ -455,7 +453,7 @@ def cmd_operator(args: argparse.Namespace) -> None:
         return
     from pipelines.observe.status import acted_on, describe_operator_outcome
 
-    with _store(views) as store:
+    with _store(args, views) as store:
         print(describe_operator_outcome(args.command, args.view, acted_on(store.con, args.view, streams)))
 
 
@@ -463,8 +461,8 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import rebuild_through_dagster
 
     started = time.perf_counter()
-    home, views = _store_views()
-    _known_view(args.view)
+    home, views = _store_views(args)
+    _known_view(args, args.view)
     done = rebuild_through_dagster(home, views, args.view)
     print(f"rebuilt {args.view}: {plural(done.metadata.get('rebuild/entries_replayed', 0), 'entry', 'entries')} "
           f"replayed in {plural(done.metadata.get('rebuild/passes', 0), 'pass', 'passes')} and swapped in, "
@@ -476,8 +474,8 @@ def cmd_checks(args: argparse.Namespace) -> None:
     Dagster instance recorded them; exit FAILED_CHECKS_EXIT when one of them failed."""
     from inorder.verdicts import format_verdicts, latest_verdicts
 
-    home, views = _store_views()
-    _known_view(args.view)
+    home, views = _store_views(args)
+    _known_view(args, args.view)
     verdicts = latest_verdicts(home, [args.view] if args.view else [view.name for view in views],
                                ingest_log=args.view is None)
     named = {f"{v.asset}.{v.check}": v.verdict for v in verdicts if v.verdict}
@@ -509,7 +507,7 @@ def cmd_publish(args: argparse.Namespace) -> None:
     from pipelines.serve.publish import describe
     from pipelines.registry import view_named
 
-    home, views = _store_views()
+    home, views = _store_views(args)
     if args.full:
         view_named(views, args.full)
     done = publish_through_dagster(home, views, args.full)
@@ -519,7 +517,7 @@ def cmd_publish(args: argparse.Namespace) -> None:
 def cmd_reingest(args: argparse.Namespace) -> None:
     from pipelines.facade import reingest_batches
 
-    home, views = _store_views()
+    home, views = _store_views(args)
     results, stats = reingest_batches(_spark(), home, views, args.batches, args.now, progress=say)
     for r in results:
         print(f"re-ingested {r.batch_id} (entry {r.entry_idx}, superseding entry {r.reingest_of}): {r.records} records, "
@@ -532,7 +530,7 @@ def cmd_remove_view(args: argparse.Namespace) -> None:
     from pipelines.store.database import Store
     from pipelines.store.versions import remove_view
 
-    with Store.open(_home(), ()) as store:  # no views: none is recorded or checked on the way
+    with Store.open(_home(args), ()) as store:  # no views: none is recorded or checked on the way
         removed = remove_view(store.con, args.view, args.yes)
     rows = ", ".join(f"{n} {table}" for table, n in removed.state_rows.items())
     what = f"its tables {', '.join(removed.tables) or '(none of its own)'} and its engine rows ({rows})" + (
@@ -548,7 +546,7 @@ def cmd_remove_view(args: argparse.Namespace) -> None:
 def cmd_rename_view(args: argparse.Namespace) -> None:
     from pipelines.facade import rename_view
 
-    rows = rename_view(_home(), args.old, args.new)
+    rows = rename_view(_home(args), args.old, args.new)
     kept = ", ".join(f"{n} {table}" for table, n in rows.items())
     print(f"renamed view {args.old} to {args.new} in the store: its tables, version and engine rows ({kept}) keep "
           f"their history, nothing is replayed. INORDER_VIEWS must now load it as {args.new}")
@@ -558,7 +556,7 @@ def cmd_spark(args: argparse.Namespace) -> None:
     """`inorder spark start|stop|status`: the home's warm Spark Connect server (pipelines/spark/server.py)."""
     from pipelines.spark import server as spark_server
 
-    home = _home()
+    home = _home(args)
     files = spark_server.ServerFiles.of(home.root)
     if args.action == "start":
         state, started = spark_server.start(files, args.idle_timeout * 60)
@@ -745,14 +743,12 @@ def _with_older_declarations_said(command) -> None:
 
 
 @contextlib.contextmanager
-def _library_logs_quiet() -> Iterator[None]:
+def _library_logs_quiet(settings: Settings) -> Iterator[None]:
     """Libraries that log to the root logger (py4j's tracebacks when Ctrl-C cuts a Spark call) print nothing:
     the command says what happened itself, in one line; INORDER_DEBUG=1 leaves them as they are."""
-    from pipelines.spark.settings import debugging
-
     root = logging.getLogger()
     level = root.level
-    if not debugging():
+    if not settings.debug:
         root.setLevel(logging.CRITICAL + 1)
     try:
         yield
@@ -766,8 +762,10 @@ def main(argv: list[str] | None = None) -> int:
     faults.arm()  # the crash sweep's crash points (pipelines/faults.py): nothing when INORDER_CRASH_AT is unset
     args = parser().parse_args(argv)
     children_before = own_children()
+    settings = Settings()
     try:
-        with _library_logs_quiet():
+        settings = args.settings = Settings.from_env()  # the one read of the INORDER_* variables: passed down
+        with _library_logs_quiet(settings):
             _with_older_declarations_said(lambda: args.func(args))
     except SystemExit as exc:  # a command's own exit status (3, 4, 6): main returns what the process exits with
         return exc.code if isinstance(exc.code, int) else 1
@@ -779,9 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"inorder: refused: {exc}", file=sys.stderr)
         return WRONG_VIEWS_EXIT
     except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
-        from pipelines.spark.settings import debugging
-
-        if debugging():
+        if settings.debug:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"inorder: error: {message}", file=sys.stderr)

@@ -16,7 +16,6 @@ import dagster as dg
 from assets.tags import CLI_HOME_TAG
 from inorder.terminal import PROGRESS_LOGGER
 from inorder.verdicts import dagster_folder
-from pipelines.spark.settings import debugging
 from pipelines.store.database import Home, Store, take_lock
 from resources import DEFAULT_LOCK_WAIT_SECONDS, HomeResource
 
@@ -79,7 +78,7 @@ class CliDagster:
         ends a step as a failure of Dagster's: it is raised again as the KeyboardInterrupt it was."""
         result = self.defs.resolve_job_def(job).execute_in_process(
             instance=self.instance, tags={CLI_HOME_TAG: str(self.home.root), **(tags or {})},
-            run_config={**_run_config(), **(run_config or {})}, asset_selection=selection, raise_on_error=False)
+            run_config={**_run_config(self.home.settings.debug), **(run_config or {})}, asset_selection=selection, raise_on_error=False)
         failure = _step_failure(result)
         if failure and failure.step_failure_data.error and \
                 failure.step_failure_data.error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
@@ -101,9 +100,9 @@ class CliRun:
     seconds: float = 0.0
 
 
-def _run_config() -> dict:
+def _run_config(debug: bool) -> dict:
     """The steps' log lines as progress lines only (Dagster's console log with INORDER_DEBUG=1)."""
-    return {"loggers": {"console": {"config": {"log_level": "INFO"}}} if debugging() else {PROGRESS_LOGGER: {}}}
+    return {"loggers": {"console": {"config": {"log_level": "INFO"}}} if debug else {PROGRESS_LOGGER: {}}}
 
 
 def _materializations(instance: dg.DagsterInstance, run_id: str, key: str) -> dict[str | None, dict]:
@@ -276,7 +275,7 @@ def _publication_lag(home: Home, views) -> str | None:
     from pipelines.serve.publish import read_positions
 
     with Store.open_read_only(home) as store:
-        positions = read_positions(store.con, views)
+        positions = read_positions(store.con, views, store.home.settings)
     if not positions.configured or positions.error is not None:
         return positions.error
     behind = [f"{p.view} ({p.behind} entries)" for p in positions.behind]

@@ -43,10 +43,12 @@ def defs() -> dg.Definitions:
     """What Dagster loads: the views of INORDER_VIEWS on the home of INORDER_HOME, read now. The location
     refuses to load views its home's store does not hold (or none of the views it holds), with the line
     `inorder run` prints: an asset of a foreign view would write them into the store for good."""
+    from pipelines.config import Settings
     from pipelines.registry import load_views
     from pipelines.store.database import Store
 
-    views, home = load_views(), Home.from_env()
+    home = Home.of(Settings.from_env())  # the code location's edge: its one read of the INORDER_* variables
+    views = load_views(home=home)
     if home.database.exists():
         Store.open_read_only(home, views).close()
     return build_definitions(views)

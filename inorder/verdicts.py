@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from pipelines.observe.checks import INGEST_CHECKS, VIEW_CHECKS
+from pipelines.observe.checks import FILE_CHECK, INGEST_CHECKS, VIEW_CHECKS
 from pipelines.store.database import Home
 
 INGEST_ASSET = "event_batches"
@@ -47,7 +47,8 @@ def latest_verdicts(home: Home, view_names: Sequence[str], ingest_log: bool) -> 
     """Each view's checks, then (`ingest_log`) the ingest log's, as their latest evaluation left them. A home
     with no Dagster instance yet has evaluated none: nothing is made for it."""
     checks = [(view, check) for view in view_names for check in VIEW_CHECKS]
-    checks += [(INGEST_ASSET, check) for check in INGEST_CHECKS if ingest_log]
+    # the per-partition check's latest verdict is its newest file's, as a run counts it
+    checks += [(INGEST_ASSET, check) for check in (FILE_CHECK, *INGEST_CHECKS) if ingest_log]
     folder = dagster_folder(home)
     if not (folder / "dagster.yaml").exists():
         return [_unevaluated(asset, check) for asset, check in checks]

@@ -121,7 +121,7 @@ def project(spark: SparkSource, store: Store, home: Home, views: Sequence[View],
     plans = plan_passes(store, selected, layout=layout)
     crash_point("project.planned")
     stats.passes = len(plans)
-    publishing = Publishing(progress) if publish else None
+    publishing = Publishing(progress, ServeTarget.of(home.settings)) if publish else None
     try:
         if publishing:
             publishing.publish(store.con, selected)
@@ -159,10 +159,10 @@ def _project_passes(spark: SparkSource, store: Store, home: Home, selected: Sequ
     @functools.cache
     def session() -> SparkSession:
         started = time.perf_counter()
-        line = starting_line() if callable(spark) else None
+        line = starting_line(home) if callable(spark) else None
         if line:
             progress(line)
-        got = spark() if callable(spark) else spark
+        got = spark(home=home, views=selected) if callable(spark) else spark
         stats.spark_start_seconds += time.perf_counter() - started
         return got
 
@@ -315,7 +315,7 @@ def rebuild(spark: SparkSource, home: Home, views: Sequence[View], view: View,
     shadow = Layout.shadow(view.name)
     home.ensure()
     lock = _rebuild_lock(home, view.name, f"a rebuild of view {view.name} is already running")
-    publishing = Publishing(progress)
+    publishing = Publishing(progress, ServeTarget.of(home.settings))
     try:
         with Store.open(home, views) as store:
             prepare_shadow(store, view, shadow)
@@ -350,7 +350,7 @@ def publish(home: Home, views: Sequence[View], full: View | None = None) -> list
     """`inorder publish`: bring every view's PostgreSQL side to DuckDB's newest commit (what a crash
     after a commit, or PostgreSQL being down, left behind); with `full`, replace that view's
     PostgreSQL tables with DuckDB's in one transaction (and recreate them if their shape changed)."""
-    target = ServeTarget.from_env()
+    target = ServeTarget.of(home.settings)
     if target is None:
         raise PublishError("INORDER_SERVE_POSTGRES is not set: there is no PostgreSQL to publish to")
     with Store.open(home, views) as store, Publisher(target) as publisher:

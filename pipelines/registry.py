@@ -25,7 +25,6 @@ from pipelines.store.database import ENGINE_TABLE_NAMES, RESERVED_TABLE_NAMES, H
 from pipelines.store.versions import code_parts, own_modules
 from pipelines.view import View
 
-VIEWS_VARIABLE = "INORDER_VIEWS"
 DEFAULT_MODULES = ("views",)
 # Dagster asset keys of the engine's own assets: a view of that name would take its key
 RESERVED_VIEW_NAMES = frozenset({"event_batches", "errors", "gaps"})
@@ -42,10 +41,12 @@ class FoundView:
     named: str  # the module of INORDER_VIEWS that brought it in (`module` itself, or a package holding it)
 
 
-def view_module_names(spec: str | None = None) -> tuple[str, ...]:
-    """The module names in `spec` (default: INORDER_VIEWS, else the home's views.txt, else the `views` package)."""
-    text = (os.environ.get(VIEWS_VARIABLE) or _recorded(Home.from_env())) if spec is None else spec
-    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+def view_module_names(spec: str | None = None, home: Home | None = None) -> tuple[str, ...]:
+    """The module names in `spec`; without one, the home's: INORDER_VIEWS as its settings give it, else its
+    views.txt; else the `views` package."""
+    if spec is None and home is not None:
+        spec = home.settings.views or _recorded(home)
+    names = tuple(dict.fromkeys(part.strip() for part in (spec or "").split(",") if part.strip()))
     return names or DEFAULT_MODULES
 
 
@@ -60,7 +61,7 @@ def _recorded(home: Home) -> str:
 def recorded_views_folder(home: Home) -> Path | None:
     """The folder of the home's recorded view modules, when INORDER_VIEWS does not name others: what a local
     Spark's Python workers need on their path too."""
-    return None if os.environ.get(VIEWS_VARIABLE) else home.recorded_views_folder()
+    return None if home.settings.views else home.recorded_views_folder()
 
 
 def views_folder_to_record(spec: str) -> Path | None:
@@ -90,10 +91,10 @@ def _found_without(top: str, folders: set[Path]) -> bool:
     return False
 
 
-def load_views(spec: str | None = None) -> tuple[View, ...]:
-    """The views of the modules in `spec` (default: INORDER_VIEWS), checked to run together. Read anew at
-    each call (Python keeps the modules imported): nothing loads them at import."""
-    names = view_module_names(spec)
+def load_views(spec: str | None = None, home: Home | None = None) -> tuple[View, ...]:
+    """The views of the modules in `spec` (default: the home's, `view_module_names`), checked to run together.
+    Read anew at each call (Python keeps the modules imported): nothing loads them at import."""
+    names = view_module_names(spec, home)
     found: dict[int, FoundView] = {}  # a view imported into a second module is the same view, found once
     for name in names:
         for module in _modules(name):
@@ -101,7 +102,7 @@ def load_views(spec: str | None = None) -> tuple[View, ...]:
                 found.setdefault(id(f.view), f)
     if not found:
         raise ViewDeclarationError(f"no View is defined at module level in {', '.join(names)} "
-                                   f"(set {VIEWS_VARIABLE} to the modules that hold your views)")
+                                   f"(set INORDER_VIEWS to the modules that hold your views)")
     check_views(list(found.values()))
     for f in found.values():  # every module is imported: no handler comes after the fingerprint
         f.view.handlers.seal()
@@ -193,13 +194,18 @@ def view_named(views: tuple[View, ...] | list[View], name: str) -> View:
                       + f" (known: {', '.join(known)})")
 
 
-def module_sources(spec: str | None = None) -> list[Path]:
+def module_sources(spec: str | None = None, home: Home | None = None) -> list[Path]:
     """The files or package folders that hold the views' code (what executors need beside `pipelines/`): the
     top-level package or file of every view module and of every module of the author's own that decides a
     view's rows (`own_modules`, what the fingerprint reads; a flat `carrier_rules.py` beside
     `carrier_views.py` too). For `shop.views`, the whole package `shop`. Everything a view runs is shipped
     with the code, so an edit anywhere in it is new code for the executors (pipelines/spark/session.py)."""
-    names = [*view_module_names(spec), *(name for view in load_views(spec) for name in own_modules(view))]
+    return top_level_sources([*view_module_names(spec, home),
+                              *(name for view in load_views(spec, home) for name in own_modules(view))])
+
+
+def top_level_sources(names) -> list[Path]:
+    """The top-level package folder (or single file) of each module name, once each."""
     sources: dict[Path, None] = {}
     for top in dict.fromkeys(name.split(".")[0] for name in names):
         path = Path(_import(top).__file__).resolve()

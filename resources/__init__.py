@@ -7,6 +7,7 @@ from typing import Iterable, Optional
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from pipelines.config import Settings
 from pipelines.store.database import Home, Store
 from pipelines.view import View
 
@@ -21,16 +22,16 @@ class SparkResource(dg.ConfigurableResource):
     master: Optional[str] = Field(default=None, description="Spark master URL; default INORDER_SPARK_MASTER or local[*]")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, over INORDER_SPARK_CONF and inorder's defaults")
 
-    def session(self):
+    def session(self, home: Home | None = None, views: Iterable[View] = ()):
         from pipelines.spark.session import spark_session
 
-        return spark_session(self.master, self.conf)  # None: INORDER_SPARK_MASTER or local[*]
+        return spark_session(self.master, self.conf, home, tuple(views))  # None: INORDER_SPARK_MASTER or local[*]
 
 
 class HomeResource(dg.ConfigurableResource):
     """The inorder home: where batches land, their normalised archive, and the DuckDB read store
     holding engine state and the views' tables. A field left unset takes its environment variable when
-    the resource is set up (`Home.from_env`), never at import."""
+    the resource is set up (`Settings.from_env`, the Dagster side's edge), never at import."""
 
     root: Optional[str] = Field(default=None, description="INORDER_HOME; default $INORDER_HOME or ./.inorder")
     landing: Optional[str] = Field(default=None, description="default $INORDER_LANDING or HOME/landing")
@@ -53,7 +54,7 @@ class HomeResource(dg.ConfigurableResource):
         self._home = self._resolve()
 
     def _resolve(self) -> Home:
-        return replace(Home.from_env(self.root, self.landing, self.archive, self.database),
+        return replace(Home.of(Settings.from_env(), self.root, self.landing, self.archive, self.database),
                        lock_wait_seconds=self.lock_wait_seconds)
 
     def home(self) -> Home:

@@ -28,7 +28,7 @@ fi
 bash scripts/setup.sh
 . .venv/bin/activate
 export DAGSTER_HOME="${DAGSTER_HOME:-$INORDER_HOME/dagster}"
-python -c "from inorder.dagster_runs import dagster_home; from pipelines.store.database import Home; dagster_home(Home.from_env())"
+python -c "from inorder.dagster_runs import dagster_home; from pipelines.store.database import Home; from pipelines.config import Settings; dagster_home(Home.of(Settings.from_env()))"
 if [ "${INORDER_UI_WARM_SPARK:-1}" != 0 ] && ! inorder spark status >/dev/null; then  # exit 3: not running
   inorder spark start
   trap 'inorder spark stop' EXIT

@@ -54,17 +54,17 @@ def _warm_session(root):
     from pipelines.spark.server import ServerFiles, start, stop
     from pipelines.spark.session import spark_session
 
+    from pipelines.config import Settings
+    from pipelines.store.database import Home
+
     files = ServerFiles.of(root)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("INORDER_SPARK_MASTER", raising=False)
-        patch.setenv("INORDER_HOME", str(root))
-        try:
-            start(files, idle_timeout_seconds=3600)
-            session = spark_session()
-            yield session
-            session.stop()  # before the server: a client left open retries a stopped server for minutes
-        finally:
-            stop(files)
+    try:
+        start(files, idle_timeout_seconds=3600)
+        session = spark_session(home=Home.of(Settings(), root))
+        yield session
+        session.stop()  # before the server: a client left open retries a stopped server for minutes
+    finally:
+        stop(files)
 
 
 @pytest.fixture(scope="session")

@@ -17,30 +17,19 @@ that entry needs.
 from __future__ import annotations
 
 import heapq
-import os
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from pipelines.config import DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, Settings
 from pipelines.engine.order import PassEntry
 from pipelines.store.database import Store, us_from_utc
 from pipelines.store.layout import LIVE, Layout, uncommitted
 from pipelines.view import View
 
 SKETCH_SIZE = 256  # hashes kept per sketch: estimates within about 1/sqrt(256) = 6 %
-DEFAULT_MAX_RECORDS = 6_000_000
-DEFAULT_MAX_PAIRS = 4_000_000
 # what a batch's sketch holds, computed by DuckDB at ingest. DuckDB's `hash` may change with its version:
 # sketches of two versions then share no hash, and their union counts every stream of both, never fewer.
 SKETCH_SQL = f"min(hash(stream_id), {SKETCH_SIZE})"
-
-
-def _bound(name: str, default: int) -> int:
-    text = os.environ.get(name, "").strip().replace("_", "")
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{name} must be a positive whole number, not {os.environ[name]!r}")
-    return int(text)
 
 
 @dataclass(frozen=True)
@@ -51,9 +40,9 @@ class PassBounds:
     pairs: int = DEFAULT_MAX_PAIRS
 
     @classmethod
-    def from_env(cls) -> "PassBounds":
-        """INORDER_PASS_RECORDS and INORDER_PASS_STREAMS (pairs), each a positive whole number."""
-        return cls(_bound("INORDER_PASS_RECORDS", DEFAULT_MAX_RECORDS), _bound("INORDER_PASS_STREAMS", DEFAULT_MAX_PAIRS))
+    def of(cls, settings: Settings) -> "PassBounds":
+        """INORDER_PASS_RECORDS and INORDER_PASS_STREAMS (pairs)."""
+        return cls(settings.pass_records, settings.pass_streams)
 
 
 @dataclass(frozen=True)
@@ -161,7 +150,7 @@ class PassPlan:
 def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None = None,
                 layout: Layout = LIVE) -> list[PassPlan]:
     """Uncommitted entries per view, in ingest order, cut into passes within `bounds` (default: from
-    the environment, `PassBounds.from_env`) by their records and the (view, stream) pairs they bring
+    the home's settings, `PassBounds.of`) by their records and the (view, stream) pairs they bring
     (pipelines/engine/planning.py). Not counted: the buffered streams a pass walks only because a gap timer is
     due or a buffer is over max_pending."""
     views = list(views)
@@ -180,7 +169,7 @@ def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None =
         kind, normalised or 0, sketches.get(entry_idx), {view: subscribes[view] for view in todo}))
         for entry_idx, _, kind, _, normalised, _, _, todo in rows]
     by_idx = {r[0]: r for r in rows}
-    bounds = bounds or PassBounds.from_env()
+    bounds = bounds or PassBounds.of(store.home.settings)
     passes = []
     for cut in cut_passes(planned, bounds):
         plan = PassPlan([], pairs=cut.pairs, over_bounds=cut.over(bounds))

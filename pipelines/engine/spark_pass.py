@@ -8,7 +8,6 @@ within a bound. The driver then commits everything in one read-store transaction
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -50,11 +49,11 @@ def _no_null_lists(frame: DataFrame) -> DataFrame:
                          if isinstance(f.dataType, ArrayType) else F.col(f"`{f.name}`") for f in frame.schema.fields])
 
 
-def archived_messages(spark: SparkSession, files: list[str]) -> DataFrame:
+def archived_messages(spark: SparkSession, files: list[str], home: Home) -> DataFrame:
     """The pass's archived messages. Executors read the Parquet files themselves where they can
     reach them (a local session, or INORDER_ARCHIVE_SHARED=1); otherwise the driver reads them and
     ships them with the query, so a remote cluster or Spark Connect server needs no access to the archive."""
-    if archive_shared(spark):
+    if archive_shared(spark, home.settings):
         return spark.read.parquet(*files)
     table = pa.concat_tables([pq.read_table(f, columns=MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA) for f in files])
     return spark.createDataFrame(table)
@@ -86,19 +85,6 @@ def check_inputs_rows(result: PassResult, inputs: PassInputs | None) -> None:
 
 class TooMuchToShip(RuntimeError):
     """A pass would ship more through the driver than its bound (no location the executors share)."""
-
-
-DEFAULT_SHIP_LIMIT_MB = 256
-
-
-def ship_limit_bytes() -> int:
-    """INORDER_SHIP_LIMIT_MB (default 256): what a pass may ship through the driver, as Parquet on disk."""
-    text = os.environ.get("INORDER_SHIP_LIMIT_MB", "").strip()
-    if not text:
-        return DEFAULT_SHIP_LIMIT_MB << 20
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"INORDER_SHIP_LIMIT_MB must be a positive whole number of MiB, not {text!r}")
-    return int(text) << 20
 
 
 def shipped_bytes(inputs: PassInputs | None, files: list[str]) -> int:
@@ -143,20 +129,20 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
                               inputs: PassInputs | None, files: list[str], scratch: Path) -> PassResult:
     in_pass = [v for v in views if v.name in plan.by_view]
     schema = output_schema(in_pass)
-    ship_code(spark)  # remote executors run this process's handlers (no-op for local sessions)
+    ship_code(spark, home, views)  # remote executors run this process's handlers (no-op for local sessions)
     # executors that reach the driver's files (local, or INORDER_ARCHIVE_SHARED with INORDER_SCRATCH on the
     # same storage) read the state where DuckDB wrote it and write the output where the commit reads it;
     # others get both shipped through the driver, as Arrow, within the bound of `check_shipped`
-    shared = files_shared(spark, home.scratch_dir is not None)
+    shared = files_shared(spark, home)
     if not shared:
-        check_shipped(shipped_bytes(inputs, files), ship_limit_bytes())
+        check_shipped(shipped_bytes(inputs, files), home.settings.ship_limit_mb << 20)
     frames = []
     if inputs is not None:
         state = spark.read.parquet(str(inputs.path)) if shared else spark.createDataFrame(pq.read_table(inputs.path))
         check_inputs_columns(state.columns, inputs)
         frames.append(state)
     if files:
-        messages = archived_messages(spark, files)
+        messages = archived_messages(spark, files, home)
         selected = select_views(spark, messages, plan.view_entries, in_pass)
         frames.append(selected.selectExpr(f"CAST({int(InputKind.NEW)} AS INT) AS rec_type", "CAST(NULL AS STRING) AS view",
                                           "stream_id", "views", *Message._fields))

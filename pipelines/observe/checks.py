@@ -197,8 +197,8 @@ def keys_unique(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
     return CheckOutcome(not any(duplicated.values()), {f"duplicated_{name}": int(n) for name, n in duplicated.items()})
 
 
-def published(con: duckdb.DuckDBPyConnection, view: View) -> CheckOutcome:
-    positions = read_positions(con, [view])
+def published(store: Store, view: View) -> CheckOutcome:
+    positions = read_positions(store.con, [view], store.home.settings)
     if not positions.configured:
         return CheckOutcome(True, {"configured": False}, "INORDER_SERVE_POSTGRES is not set: nothing is published")
     if positions.error is not None:
@@ -320,7 +320,7 @@ def view_checks(tick_interval: timedelta) -> tuple[ViewCheck, ...]:
         _on_tables("keys_unique", lambda view: "No key occurs twice: a stream's watermark, its buffered seqs, and the "
                    "primary key of each keyed and append table (these carry no PRIMARY KEY: the commit keeps them "
                    "unique)", keys_unique),
-        _on_tables("published", lambda view: "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it "
+        ViewCheck("published", lambda view: "PostgreSQL (INORDER_SERVE_POSTGRES) shows the view as DuckDB has it "
                    "after its newest commit; passes with nothing to check when publishing is not configured",
                    published),
         _on_tables("reject_rate", partial(_describe_rate, "reject", "refused by a handler (`Reject`: business "
@@ -343,6 +343,7 @@ def view_checks(tick_interval: timedelta) -> tuple[ViewCheck, ...]:
 
 VIEW_CHECKS = tuple(check.name for check in view_checks(timedelta(0)))  # every view's (no tick interval names one)
 INGEST_CHECKS = ("no_new_rejected_files", "no_new_unrouted_records")  # `event_batches`' checks of the whole ingest log
+FILE_CHECK = "file_not_rejected"  # `event_batches`' check of each partition (a landing file)
 
 
 def no_new_rejected_files(con: duckdb.DuckDBPyConnection, after: int) -> CheckOutcome:

@@ -19,7 +19,6 @@ PostgreSQL says it holds (read under a row lock in the same transaction), so not
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,6 +26,7 @@ from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import duckdb
 
+from pipelines.config import Settings
 from pipelines.engine.commit import pass_rows_sql, walked_streams_sql
 from pipelines.engine.pass_data import OutputKind
 from pipelines.faults import crash_point
@@ -73,13 +73,11 @@ class ServeTarget:
     schema: str = "public"
 
     @classmethod
-    def from_env(cls) -> "ServeTarget | None":
+    def of(cls, settings: Settings) -> "ServeTarget | None":
         """INORDER_SERVE_POSTGRES (a libpq connection string; unset: no publishing) and INORDER_SERVE_SCHEMA."""
-        dsn = os.environ.get("INORDER_SERVE_POSTGRES", "").strip()
-        if not dsn:
+        if not settings.serve_postgres:
             return None
-        return cls(dsn, check_identifier(os.environ.get("INORDER_SERVE_SCHEMA", "public").strip() or "public",
-                                         "INORDER_SERVE_SCHEMA"))
+        return cls(settings.serve_postgres, check_identifier(settings.serve_schema, "INORDER_SERVE_SCHEMA"))
 
     def qualified(self, name: str) -> str:
         return f'"{self.schema}"."{name}"'
@@ -397,8 +395,8 @@ class Publishing:
     this projection; a view refused for a table that does not match waits alone. The next run or
     `inorder publish` catches up from `inorder_published`."""
 
-    def __init__(self, say: Callable[[str], None], target: ServeTarget | None = None) -> None:
-        self.target = target or ServeTarget.from_env()
+    def __init__(self, say: Callable[[str], None], target: ServeTarget | None) -> None:
+        self.target = target
         self.say = say
         self.error: str | None = None
         self.publications: list[Publication] = []
@@ -460,13 +458,12 @@ def format_positions(positions: Sequence[Position]) -> list[str]:
     return lines
 
 
-def read_positions(con: duckdb.DuckDBPyConnection, views: Sequence[View],
-                   target: ServeTarget | None = None) -> Positions:
+def read_positions(con: duckdb.DuckDBPyConnection, views: Sequence[View], settings: Settings) -> Positions:
     """Each view's published entry against DuckDB's (`inorder status`, the views' metadata, the
     `published` check), or that publishing is not configured, or why PostgreSQL cannot be read."""
     import psycopg
 
-    target = target or ServeTarget.from_env()
+    target = ServeTarget.of(settings)
     if target is None:
         return Positions(configured=False)
     try:

@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
+from pipelines.config import Settings
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J
 
 LOOPBACK = "127.0.0.1"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -247,12 +248,12 @@ def stop(files: ServerFiles, wait_seconds: float = STOP_WAIT_SECONDS) -> ServerS
 # --- the supervisor (python -m pipelines.spark.server FOLDER IDLE_SECONDS) ---------------------------
 
 
-def _server_command(port: int) -> list[str]:
-    conf = {**DEFAULT_CONF, **CONNECT_SESSION_CONF, **env_conf(), "spark.connect.grpc.binding.address": LOOPBACK,
+def _server_command(port: int, settings: Settings) -> list[str]:
+    conf = {**DEFAULT_CONF, **CONNECT_SESSION_CONF, **settings.spark_conf, "spark.connect.grpc.binding.address": LOOPBACK,
             "spark.connect.grpc.binding.port": str(port),
             # runs reattach to their code version's session (pipelines/spark/session.py): it lives as long as the server
             "spark.connect.session.manager.defaultSessionTimeout": "7d"}
-    if not debugging():
+    if not settings.debug:
         conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
             f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", conf.get("spark.driver.extraJavaOptions"))))
     argv = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS, "--name", "inorder-warm"]
@@ -342,12 +343,12 @@ def _say(message: str) -> None:
     print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] supervisor {os.getpid()}: {message}", flush=True)
 
 
-def serve(files: ServerFiles, idle_timeout_seconds: float) -> int:
+def serve(files: ServerFiles, idle_timeout_seconds: float, settings: Settings) -> int:
     stopping: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda received, _frame: stopping.append(received))
     port = free_port()
-    jvm = subprocess.Popen(_server_command(port), env=_server_env(), stdin=subprocess.DEVNULL)  # our group, our log
+    jvm = subprocess.Popen(_server_command(port, settings), env=_server_env(), stdin=subprocess.DEVNULL)  # our group, our log
     _say(f"started the JVM {jvm.pid} for sc://{LOOPBACK}:{port}, idle timeout {idle_timeout_seconds:g}s")
     tick = min(1.0, idle_timeout_seconds / 4)
     try:
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder", type=Path)
     p.add_argument("idle_timeout_seconds", type=float)
     args = p.parse_args(argv)
-    return serve(ServerFiles(args.folder), args.idle_timeout_seconds)
+    return serve(ServerFiles(args.folder), args.idle_timeout_seconds, Settings.from_env())  # a process's edge
 
 
 if __name__ == "__main__":

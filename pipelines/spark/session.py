@@ -28,19 +28,24 @@ import warnings
 import weakref
 import zipfile
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
 from pipelines import faults
+from pipelines.config import Settings
 from pipelines.spark.server import ServerFiles, ServerState, register_client, running_state
-from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J, debugging, env_conf
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J
+from pipelines.store.versions import own_modules
+
+if TYPE_CHECKING:
+    from pipelines.store.database import Home
+    from pipelines.view import View
 
 # the engine's package runs on executors (the walk), beside the view modules (their handlers; see
 # pipelines/registry.py); nothing there imports Dagster
 # the engine, and the package of the view author's one import (`from inorder import …`, inorder/__init__.py)
 ENGINE_PACKAGES = ("pipelines", "inorder")
-_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 # what the JVM and Spark print on the JVM's stderr as it starts, whatever log4j says (INORDER_DEBUG=1 shows it)
 JVM_START_NOTICE = re.compile(rb"^(WARNING: Using incubator modules|Setting default log level|To adjust logging level)")
 # a local session's driver binds to loopback only (what SPARK_LOCAL_IP=127.0.0.1 did, without the environment)
@@ -81,18 +86,19 @@ def pandas_notice_quiet() -> Iterator[None]:
         yield
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
+def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, home: "Home | None" = None,
+                  views: Sequence["View"] = ()) -> SparkSession:
     """Get (or reuse) the session. `master` is `local[*]`, `spark://host:port`, `yarn`, `k8s://…` or `sc://…`.
 
-    Read from INORDER_SPARK_MASTER when not given; when that is unset too, the warm server of the home
-    (INORDER_HOME) if it is up, else `local[*]`. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF,
-    then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
+    Read from the home's settings (INORDER_SPARK_MASTER) when not given; when that is unset too, the home's
+    warm server if it is up, else `local[*]`. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF, then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
     DEFAULT_CONF, and CONNECT_SESSION_CONF; the server's own configuration decides the rest.
     """
-    master = master or os.environ.get("INORDER_SPARK_MASTER")
-    warm_files = None if master else _home_server_files()
+    settings = home.settings if home is not None else Settings()
+    master = master or settings.spark_master
+    warm_files = None if master or home is None else ServerFiles.of(home.root)
     warm = warm_files and register_client(warm_files)
-    master = master or (_code_version_session(warm) if warm else "local[*]")
+    master = master or (_code_version_session(warm, home, views) if warm else "local[*]")
     if master.startswith("sc://"):
         builder = SparkSession.builder.remote(master)
         defaults = {**{k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}, **CONNECT_SESSION_CONF}
@@ -101,20 +107,19 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         defaults = DEFAULT_CONF
         if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
             defaults = {**DEFAULT_CONF, **LOCAL_DRIVER_CONF}
-    settings = {**defaults, **env_conf(), **(conf or {})}
+    chosen = {**defaults, **settings.spark_conf, **(conf or {})}
     if faults.crash_pid() and not master.startswith("sc://"):  # a crash point on an executor kills this driver
-        settings["spark.executorEnv.INORDER_CRASH_PID"] = str(faults.crash_pid())
+        chosen["spark.executorEnv.INORDER_CRASH_PID"] = str(faults.crash_pid())
     from pipelines.registry import recorded_views_folder
-    from pipelines.store.database import Home
 
-    views_folder = recorded_views_folder(Home.from_env())
+    views_folder = recorded_views_folder(home) if home is not None else None
     if views_folder is not None and master.startswith("local"):  # the Python workers import the view modules
-        settings["spark.executorEnv.PYTHONPATH"] = str(views_folder)  # (a cluster and a warm server get the code zip)
-    quiet = not master.startswith("sc://") and not debugging()  # a Connect session starts no JVM here
+        chosen["spark.executorEnv.PYTHONPATH"] = str(views_folder)  # (a cluster and a warm server get the code zip)
+    quiet = not master.startswith("sc://") and not settings.debug  # a Connect session starts no JVM here
     if quiet:  # first, so that a configuration file the user names wins
-        settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
-            f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", settings.get("spark.driver.extraJavaOptions"))))
-    for key, value in settings.items():
+        chosen["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
+            f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", chosen.get("spark.driver.extraJavaOptions"))))
+    for key, value in chosen.items():
         builder = builder.config(key, value)
     with pandas_notice_quiet(), _jvm_start_notices_dropped() if quiet else contextlib.nullcontext():
         session = builder.getOrCreate()
@@ -182,31 +187,25 @@ def _set_shuffle_partitions(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(planned_shuffle_partitions(conf, is_local(spark), live)))
 
 
-def _code_version_session(warm: ServerState) -> str:
+def _code_version_session(warm: ServerState, home: "Home", views: Sequence["View"]) -> str:
     """The warm server's endpoint, with the session of this code version: every run of the same engine
     and views (the code zip it ships) reattaches to one session, whose Python workers stay up with that
     code imported (a pass's second in a new session); edited code gets a session, and workers, of its own."""
-    version = uuid.uuid5(uuid.NAMESPACE_URL, f"inorder:{warm.endpoint}:{warm.started_at}:{code_zip().name}")
+    version = uuid.uuid5(uuid.NAMESPACE_URL, f"inorder:{warm.endpoint}:{warm.started_at}:{code_zip(home, views).name}")
     return f"{warm.endpoint}/;session_id={version}"
 
 
-def starting_line() -> str | None:
+def starting_line(home: "Home") -> str | None:
     """The progress line while a session is being made (a JVM start takes seconds, or a warm server's
     session is opened), or None when this process has one already. Names what spark_session() uses
     when it is given no master."""
     if SparkSession.getActiveSession() is not None:
         return None
-    master = os.environ.get("INORDER_SPARK_MASTER")
+    master = home.settings.spark_master
     if master:
         return f"starting Spark ({master})…"
-    warm = running_state(_home_server_files())
+    warm = running_state(ServerFiles.of(home.root))
     return f"opening a session on the warm Spark server ({warm.endpoint})…" if warm else "starting Spark (local[*])…"
-
-
-def _home_server_files() -> ServerFiles:
-    from pipelines.store.database import Home
-
-    return ServerFiles.of(Home.from_env().root)
 
 
 def mark_used(spark: SparkSession) -> None:
@@ -306,45 +305,35 @@ def is_local(spark: SparkSession) -> bool:
     return spark.sparkContext.master.startswith("local")
 
 
-def _flag(name: str) -> bool | None:
-    value = os.environ.get(name, "").strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    if value in ("", "auto"):
-        return None
-    raise ValueError(f"{name} must be 1, 0 or auto, not {value!r}")
-
-
-def archive_shared(spark: SparkSession) -> bool:
+def archive_shared(spark: SparkSession, settings: Settings) -> bool:
     """Can the executors read the archive's files at the driver's paths?
 
     INORDER_ARCHIVE_SHARED=1 says so (the archive is on storage every executor mounts at the same
     path), 0 says not; unset (or `auto`), only a local session can."""
-    shared = _flag("INORDER_ARCHIVE_SHARED")
-    return is_local(spark) if shared is None else shared
+    return is_local(spark) if settings.archive_shared is None else settings.archive_shared
 
 
-def files_shared(spark: SparkSession, scratch_set: bool) -> bool:
+def files_shared(spark: SparkSession, home: "Home") -> bool:
     """Do the executors read and write a pass's scratch files at the driver's paths? A local session's
     do; a cluster's, when INORDER_ARCHIVE_SHARED=1 and the scratch folder was set (`scratch_set`:
     INORDER_SCRATCH) to storage they all mount at the same paths, the archive's, say. Then no state,
     message or output row passes through the driver."""
-    return is_local(spark) or (archive_shared(spark) and scratch_set)
+    return is_local(spark) or (archive_shared(spark, home.settings) and home.scratch_dir is not None)
 
 
-def executor_sources() -> list[Path]:
-    """The engine's package folders and the view modules' top-level packages (or single files)."""
-    from pipelines.registry import module_sources
+def executor_sources(home: "Home", views: Sequence["View"] = ()) -> list[Path]:
+    """The engine's package folders and the top-level packages (or single files) of the home's view modules and
+    of the modules that decide `views`' rows (views a caller made itself, not loaded by the registry)."""
+    from pipelines.registry import module_sources, top_level_sources
 
     engine = [Path(importlib.import_module(name).__file__).resolve().parent for name in ENGINE_PACKAGES]
-    return list(dict.fromkeys([*engine, *module_sources()]))
+    own = [name for view in views for name in own_modules(view)]
+    return list(dict.fromkeys([*engine, *module_sources(home=home), *top_level_sources(own)]))
 
 
-def code_zip() -> Path:
+def code_zip(home: "Home", views: Sequence["View"] = ()) -> Path:
     """The executors' Python files (`executor_sources`) in one zip, named by its content (written once)."""
-    files = [(source, path) for source in executor_sources()
+    files = [(source, path) for source in executor_sources(home, views)
              for path in (sorted(source.rglob("*.py")) if source.is_dir() else [source])]
     # zipped again only when a file changed: a run asks twice (its session's code version, then shipping)
     return _zipped(tuple((source, path, path.stat().st_mtime_ns, path.stat().st_size) for source, path in files))
@@ -366,7 +355,7 @@ def _zipped(files: tuple[tuple[Path, Path, int, int], ...]) -> Path:
     return target
 
 
-def ship_code(spark: SparkSession) -> Path | None:
+def ship_code(spark: SparkSession, home: "Home", views: Sequence["View"] = ()) -> Path | None:
     """Send this process's copy of `pipelines/` and of the view modules to the executors, once per session.
 
     Executors then run the same handlers as the driver whether or not inorder is installed there.
@@ -375,11 +364,11 @@ def ship_code(spark: SparkSession) -> Path | None:
     its Python workers were started for another process, with its INORDER_VIEWS and sys.path, and
     must run this process's copy of the views, edited or not since the server started (each Connect
     session has Python workers of its own, with its artifacts first on their path)."""
-    ship = _flag("INORDER_SHIP_CODE")
+    ship = home.settings.ship_code
     if ship is False or (ship is None and not is_connect(spark) and is_local(spark)):
         return None
     holder = spark if is_connect(spark) else spark.sparkContext
-    path = code_zip()
+    path = code_zip(home, views)
     if _SHIPPED.get(holder) != path.name:
         if is_connect(spark):
             spark.addArtifacts(str(path), pyfile=True)

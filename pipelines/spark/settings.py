@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 DEFAULT_CONF = {
@@ -25,17 +23,3 @@ CONNECT_SESSION_CONF = {"spark.connect.session.planCache.enabled": "false"}
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
 
-def debugging() -> bool:
-    """INORDER_DEBUG=1: tracebacks, Dagster's own log and the JVM's start-up lines on the terminal."""
-    return bool(os.environ.get("INORDER_DEBUG"))
-
-
-def env_conf() -> dict[str, str]:
-    """INORDER_SPARK_CONF: a JSON object of extra Spark settings, e.g. '{"spark.executor.memory": "4g"}'."""
-    text = os.environ.get("INORDER_SPARK_CONF", "").strip()
-    if not text:
-        return {}
-    conf = json.loads(text)
-    if not isinstance(conf, dict):
-        raise ValueError("INORDER_SPARK_CONF must be a JSON object of Spark settings")
-    return {str(k): str(v) for k, v in conf.items()}

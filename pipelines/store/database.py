@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 import duckdb
 
+from pipelines.config import Settings
 from pipelines.faults import crash_point
 from pipelines.store.layout import (ENGINE_DDL, KEYLESS_STATE_TABLES, STATE_TABLES, drop_primary_key,
                                     mark_superseded_malformed, transaction)
@@ -82,24 +83,23 @@ class Home:
     scratch_dir: Path | None = None  # INORDER_SCRATCH: where passes keep their inputs and output
     lock_wait_seconds: float = 0.0  # how long a writer waits for another to finish before failing
     # how long opening the DuckDB file waits while another process (a reader, say) holds it
-    file_wait_seconds: float = field(default_factory=lambda: float(os.environ.get("INORDER_LOCK_WAIT", "120")))
+    file_wait_seconds: float = Settings.lock_wait
     # what DuckDB may hold in memory before it spills to `<database>.tmp`: the driver's memory stays bounded
-    memory_limit: str = field(default_factory=lambda: duckdb_memory_limit(os.environ.get("INORDER_DUCKDB_MEMORY")))
+    memory_limit: str = DEFAULT_DUCKDB_MEMORY
+    # the settings the command or run was given (pipelines/config.py), passed down with the home
+    settings: Settings = field(default_factory=Settings, compare=False, repr=False)
 
     @classmethod
-    def from_env(cls, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
-                 archive: str | os.PathLike | None = None, database: str | os.PathLike | None = None) -> "Home":
-        """Explicit values win; then INORDER_HOME, INORDER_LANDING, INORDER_ARCHIVE, INORDER_DATABASE (and
-        INORDER_SCRATCH)."""
-        env = os.environ.get
-
-        def path(value, variable):
-            value = value or env(variable)
+    def of(cls, settings: Settings, root: str | os.PathLike | None = None, landing: str | os.PathLike | None = None,
+           archive: str | os.PathLike | None = None, database: str | os.PathLike | None = None) -> "Home":
+        """The home the settings name (INORDER_HOME, INORDER_LANDING, …); explicit values win."""
+        def path(value):
             return Path(value).resolve() if value else None
 
-        return cls(Path(root or env("INORDER_HOME", ".inorder")).resolve(), path(landing, "INORDER_LANDING"),
-                   path(archive, "INORDER_ARCHIVE"), path(database, "INORDER_DATABASE"),
-                   scratch_dir=path(None, "INORDER_SCRATCH"))
+        return cls(Path(root or settings.home).resolve(), path(landing or settings.landing),
+                   path(archive or settings.archive), path(database or settings.database),
+                   scratch_dir=path(settings.scratch), file_wait_seconds=settings.lock_wait,
+                   memory_limit=duckdb_memory_limit(settings.duckdb_memory), settings=settings)
 
     @property
     def landing(self) -> Path:

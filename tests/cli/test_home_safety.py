@@ -22,6 +22,7 @@ from pipelines.registry import load_views
 from pipelines.facade import reingest_batches, run
 from pipelines.observe.status import format_status, read_status, status_document
 from pipelines.serve.publish import Positions
+from pipelines.config import Settings
 from pipelines.store.database import Home, Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,11 +158,11 @@ def shop_store(tmp_path_factory) -> Path:
     assert inorder(env, "init", str(home)).returncode == 0
     assert inorder(env, "generate", "--domain", "shop", "--out", str(home / "landing"), "--events", "60",
                    "--streams", "5", "--batches", "1").returncode == 0
-    with Store.open(Home.from_env(home), load_views("shop.views")) as store:
+    with Store.open(Home.of(Settings(), home), load_views("shop.views")) as store:
         from pipelines.engine.ingest import ingest_landing
         from pipelines.facade import home_source, now_us
 
-        ingest_landing(store, Home.from_env(home), home_source(Home.from_env(home)), now_us(None))
+        ingest_landing(store, Home.of(Settings(), home), home_source(Home.of(Settings(), home)), now_us(None))
     return home
 
 
@@ -207,17 +208,17 @@ def test_adding_and_removing_a_view_are_explicit(tmp_path):
     assert inorder(env, "init", str(home)).returncode == 0
     views = load_views("shop.views")
     orders = [v for v in views if v.name == "orders"]
-    with Store.open(Home.from_env(home), views):
+    with Store.open(Home.of(Settings(), home), views):
         pass
     # loading only some of the store's views is allowed: the others wait, and status names them
-    with Store.open_read_only(Home.from_env(home), orders) as store:
+    with Store.open_read_only(Home.of(Settings(), home), orders) as store:
         status = read_status(store.con, orders)
     assert status.not_loaded == ["customers", "order_items", "shop_daily"]
     assert "the store also holds customers, order_items, shop_daily, which INORDER_VIEWS did not load" in \
         format_status(status)
     with pytest.raises(Exception, match="would be added to it"):
-        Store.open(Home.from_env(home), [*views, *load_views("views")])
-    with Store.open(Home.from_env(home), [*views, *load_views("views")], adding=["accounts", "account_activity",
+        Store.open(Home.of(Settings(), home), [*views, *load_views("views")])
+    with Store.open(Home.of(Settings(), home), [*views, *load_views("views")], adding=["accounts", "account_activity",
                                                                                  "daily_totals"]) as store:
         assert sorted(r[0] for r in store.con.execute("SELECT view FROM inorder.view_versions").fetchall()) == [
             "account_activity", "accounts", "customers", "daily_totals", "order_items", "orders", "shop_daily"]
@@ -246,7 +247,7 @@ def loan_records(loans: int) -> list[dict]:
 
 def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source_json_is_fixed(spark, tmp_path):
     views = load_views("tests.loan_views")
-    home = Home.from_env(tmp_path / "home")
+    home = Home.of(Settings(), tmp_path / "home")
     home.landing.mkdir(parents=True)
     lines = [json.dumps(r) for r in loan_records(3)]
     # two lines in the default shape of another stream type: a stream type no view subscribes to
@@ -309,7 +310,7 @@ def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source
 
 def test_a_reingest_refuses_a_landing_file_that_changed_or_is_gone(spark, tmp_path):
     views = load_views("tests.loan_views")
-    home = Home.from_env(tmp_path / "home")
+    home = Home.of(Settings(), tmp_path / "home")
     home.landing.mkdir(parents=True)
     (home.landing / "loans-001.jsonl").write_text(json.dumps(loan_records(1)[0]) + "\n")
     run(spark, home, views, now=datetime_of(NOW))

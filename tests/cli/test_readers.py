@@ -17,6 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipelines.config import Settings
+
 from pipelines.store.database import StoreBusy, connect
 from demos.shop import GeneratorConfig, generate
 
@@ -137,17 +139,15 @@ def test_the_store_connection_keeps_duckdb_within_its_memory_limit(tmp_path, mon
         with Store.open(home, []) as store:
             return store.con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchone()[0]
 
-    monkeypatch.delenv("INORDER_DUCKDB_MEMORY", raising=False)
-    assert Home.from_env(tmp_path / "a").memory_limit == DEFAULT_DUCKDB_MEMORY
-    assert limit(Home.from_env(tmp_path / "a")) == "512.0 MiB"
-    monkeypatch.setenv("INORDER_DUCKDB_MEMORY", " 2 GB ")
-    assert limit(Home.from_env(tmp_path / "b")) == "1.8 GiB"  # 2 GB = 1.86 GiB, as DuckDB shows it
+    assert Home.of(Settings(), tmp_path / "a").memory_limit == DEFAULT_DUCKDB_MEMORY
+    assert limit(Home.of(Settings(), tmp_path / "a")) == "512.0 MiB"
+    two_gb = Settings.from_env({"INORDER_DUCKDB_MEMORY": " 2 GB "})
+    assert limit(Home.of(two_gb, tmp_path / "b")) == "1.8 GiB"  # 2 GB = 1.86 GiB, as DuckDB shows it
 
 
 @pytest.mark.parametrize("text", ["lots", "512", "-1GB", "1 PB", "1e9"])
-def test_a_memory_limit_that_is_not_a_size_is_refused_in_one_line(monkeypatch, text):
+def test_a_memory_limit_that_is_not_a_size_is_refused_in_one_line(text):
     from pipelines.store.database import Home
 
-    monkeypatch.setenv("INORDER_DUCKDB_MEMORY", text)
     with pytest.raises(ValueError, match="^INORDER_DUCKDB_MEMORY must be a size such as 512MiB or 2GB, not"):
-        Home.from_env("/nonexistent")
+        Home.of(Settings.from_env({"INORDER_DUCKDB_MEMORY": text}), "/nonexistent")

@@ -15,7 +15,8 @@ import pytest
 
 from pipelines import registry
 from pipelines.registry import ViewDeclarationError, load_views, module_sources, view_module_names
-from pipelines.store.database import RESERVED_TABLE_NAMES
+from pipelines.config import Settings
+from pipelines.store.database import RESERVED_TABLE_NAMES, Home
 
 INORDER = str(Path(sys.executable).with_name("inorder"))
 _names = (f"userviews{i}" for i in itertools.count())  # a fresh module name per use: imports are cached
@@ -56,12 +57,12 @@ def user_root(tmp_path, monkeypatch):
     return root
 
 
-def test_the_default_is_the_bank_package_and_the_variable_is_read(monkeypatch):
-    monkeypatch.delenv("INORDER_VIEWS", raising=False)
-    assert view_module_names() == ("views",)
-    assert sorted(v.name for v in load_views()) == ["account_activity", "accounts", "daily_totals"]
-    monkeypatch.setenv("INORDER_VIEWS", " shop.views , billing.views,shop.views ")
-    assert view_module_names() == ("shop.views", "billing.views")
+def test_the_default_is_the_bank_package_and_the_variable_is_read(tmp_path):
+    home = Home.of(Settings(), tmp_path / "home")
+    assert view_module_names() == view_module_names(home=home) == ("views",)
+    assert sorted(v.name for v in load_views(home=home)) == ["account_activity", "accounts", "daily_totals"]
+    given = Home.of(Settings.from_env({"INORDER_VIEWS": " shop.views , billing.views,shop.views "}), tmp_path / "h")
+    assert view_module_names(home=given) == ("shop.views", "billing.views")
 
 
 def test_every_module_of_a_package_contributes_its_views_once(user_root):
@@ -234,7 +235,6 @@ def test_init_records_the_folder_of_view_modules_a_new_shell_would_not_find(tmp_
     """`inorder init --views` records where it found the modules when that came from PYTHONPATH or the current
     folder; loading them from the home's record puts that folder on Python's path (issue 33, item 7)."""
     from pipelines.registry import view_module_names, views_folder_to_record
-    from pipelines.store.database import Home
 
     here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
     for folder, module in ((here, "mine_in_cwd"), (elsewhere, "mine_on_path")):
@@ -251,11 +251,9 @@ def test_init_records_the_folder_of_view_modules_a_new_shell_would_not_find(tmp_
     assert views_folder_to_record("shop.views") is None  # found from here, and by every shell all the same
     assert views_folder_to_record("no_such_module_here") is None
 
-    home = Home.from_env(str(tmp_path / "home"))
+    home = Home.of(Settings(), str(tmp_path / "home"))
     home.root.mkdir()
     home.record_views("mine_in_cwd", here)
     assert (home.recorded_views(), home.recorded_views_folder()) == ("mine_in_cwd", here)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(here)])
-    monkeypatch.delenv("INORDER_VIEWS", raising=False)
-    monkeypatch.setenv("INORDER_HOME", str(home.root))
-    assert view_module_names() == ("mine_in_cwd",) and str(here) in sys.path
+    assert view_module_names(home=home) == ("mine_in_cwd",) and str(here) in sys.path

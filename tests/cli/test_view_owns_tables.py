@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipelines.config import Settings
 from pipelines.facade import rename_view
 from pipelines.registry import ViewDeclarationError, load_views
 from pipelines.store.database import Home, Store
@@ -192,7 +193,7 @@ def test_remove_view_drops_only_the_tables_its_view_owns(rides_home, tmp_path):
 
 
 def test_rename_view_refuses_what_it_cannot_rename_and_writes_nothing(tmp_path):
-    home = Home.from_env(tmp_path / "home")
+    home = Home.of(Settings(), tmp_path / "home")
     Store.open(home, load_views("shop.views")).close()
     before = store_contents(home.database)
     assert before["inorder.view_versions"] and all("'shop.views'" in row for row in before["inorder.view_versions"])

@@ -80,7 +80,7 @@ def test_importing_the_dagster_layer_reads_no_environment_and_loads_no_views():
             raise AssertionError("loaded at import")
 
         pipelines.registry.load_views = refuse
-        pipelines.store.database.Home.from_env = refuse
+        pipelines.store.database.Home.of = refuse
         os.environ = Watched(os.environ)
         import assets, assets.checks, assets.ingest, assets.jobs, assets.schedules, assets.sensors, assets.views
         import resources, inorder.definitions, inorder.dagster_runs

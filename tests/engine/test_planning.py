@@ -11,9 +11,10 @@ import pytest
 
 from pipelines.engine.ingest import ingest_landing, record_entry
 from pipelines.engine.normalise import SourceMapping
-from pipelines.engine.planning import (DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, SKETCH_SIZE, SKETCH_SQL, PassBounds,
+from pipelines.engine.planning import (SKETCH_SIZE, SKETCH_SQL, PassBounds,
                                 PlannedEntry, StreamSketch, cut_passes)
 from pipelines.engine.planning import plan_passes
+from pipelines.config import Settings
 from pipelines.store.database import Home, Store
 from tests.builders import dep, opened
 from tests.domains import BANK_VIEWS
@@ -85,18 +86,6 @@ def test_a_batch_over_the_bound_makes_a_pass_that_only_entries_adding_nothing_jo
     assert [p.over(at_both) for p in cut_passes([batch(1, 5, accounts=ids(0, 100))], at_both)] == [False]
 
 
-def test_bounds_from_the_environment(monkeypatch):
-    monkeypatch.delenv("INORDER_PASS_RECORDS", raising=False)
-    monkeypatch.delenv("INORDER_PASS_STREAMS", raising=False)
-    assert PassBounds.from_env() == PassBounds(DEFAULT_MAX_RECORDS, DEFAULT_MAX_PAIRS)
-    monkeypatch.setenv("INORDER_PASS_STREAMS", "1_000_000")
-    monkeypatch.setenv("INORDER_PASS_RECORDS", " 2000 ")
-    assert PassBounds.from_env() == PassBounds(2000, 1_000_000)
-    monkeypatch.setenv("INORDER_PASS_STREAMS", "0")
-    with pytest.raises(ValueError, match="INORDER_PASS_STREAMS must be a positive whole number"):
-        PassBounds.from_env()
-
-
 def order(stream: str) -> str:
     return json.dumps({"stream_id": stream, "stream_type": "order", "seq": 1, "type": "OrderPlaced"})
 
@@ -139,7 +128,7 @@ def test_the_ingest_records_each_batchs_streams_and_plans_follow_them(tmp_path):
         assert planned(17) == [(["b1"], 12, False), (["b2", "tick-4"], 6, False)]
 
 
-def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spark, tmp_path, monkeypatch):
+def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spark, tmp_path):
     """Two batches of 3 and 2 accounts for one view, at most 2 pairs a pass: two passes, the first a
     batch over the bound by itself; together they project what one pass would. Then the other view projects
     them, at most 3 pairs a pass: the view that committed them adds nothing, so b1 is within the bound (no
@@ -147,8 +136,7 @@ def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spar
     from pipelines.facade import run
     from views import account_activity, accounts
 
-    monkeypatch.setenv("INORDER_PASS_STREAMS", "2")
-    home = Home(tmp_path / "home").ensure()
+    home = Home.of(Settings(pass_streams=2), tmp_path / "home").ensure()
     (home.landing / "b1.jsonl").write_text("\n".join([opened("a"), opened("b"), opened("c")]) + "\n")
     (home.landing / "b2.jsonl").write_text("\n".join([dep("a", 2, 5), opened("d")]) + "\n")
     said: list[str] = []
@@ -161,7 +149,7 @@ def test_a_run_cuts_its_passes_by_pairs_and_says_when_a_batch_alone_is_over(spar
     with Store.open(home, [accounts.VIEW]) as store:
         assert store.con.execute("SELECT account_id, balance FROM accounts ORDER BY 1").fetchall() == [
             ("a", 5), ("b", 0), ("c", 0), ("d", 0)]
-    monkeypatch.setenv("INORDER_PASS_STREAMS", "3")
+    home = Home.of(Settings(pass_streams=3), tmp_path / "home")
     said.clear()
     report = run(spark, home, views, progress=said.append)  # a tick, and account_activity's b1 and b2
     assert report.projection.passes == 2 and not [line for line in said if "alone brings" in line], said

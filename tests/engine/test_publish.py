@@ -17,6 +17,7 @@ import duckdb
 import psycopg
 import pytest
 
+from pipelines.config import Settings
 from pipelines.serve.publish import Publisher, ServeTarget, committed_positions, pg_type
 from pipelines.facade import rebuild, run
 from pipelines.store.database import Home, Store
@@ -59,12 +60,19 @@ def pg_published(target: ServeTarget) -> dict[str, int]:
 
 
 @pytest.fixture
-def target(postgres, monkeypatch) -> ServeTarget:
-    """A schema of its own on the test server, set as the serving target in the environment."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    monkeypatch.setenv("INORDER_SERVE_POSTGRES", postgres)
-    monkeypatch.setenv("INORDER_SERVE_SCHEMA", schema)
-    return ServeTarget(postgres, schema)
+def target(postgres) -> ServeTarget:
+    """A schema of its own on the test server."""
+    return ServeTarget(postgres, f"t_{uuid.uuid4().hex[:12]}")
+
+
+def serving(home: Path, target: ServeTarget, dsn: str | None = None) -> Home:
+    """The home at `home`, publishing to `target` (its settings' INORDER_SERVE_POSTGRES and _SCHEMA), or to
+    `dsn` instead (a server that is down)."""
+    return Home.of(Settings(serve_postgres=dsn or target.dsn, serve_schema=target.schema), home)
+
+
+def unreachable(target: ServeTarget) -> str:
+    return re.sub(r"port=\d+", "port=1", target.dsn)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +109,7 @@ def test_the_publication_names_the_newest_entrys_batch_whatever_the_names_order(
     `aa-second` is the newest though it sorts first, and then `mm-third`. No Spark: the ledger rows are written as
     commits write them, and the publication reads them."""
     orders = [v for v in SHOP_VIEWS if v.name == "orders"]
-    with Store.open(Home(tmp_path / "home").ensure(), orders) as store, Publisher(target) as publisher:
+    with Store.open(serving(tmp_path / "home", target).ensure(), orders) as store, Publisher(target) as publisher:
         for entry_idx, batch_id in enumerate(("zz-first", "aa-second", "mm-third"), start=1):
             store.con.execute("INSERT INTO inorder.batches (batch_id, view, entry_idx, kind, received_at) "
                               "VALUES (?, 'orders', ?, 'batch', ?)", [batch_id, entry_idx, T0])
@@ -116,7 +124,7 @@ def test_the_publication_names_the_newest_entrys_batch_whatever_the_names_order(
 
 
 def test_every_run_publishes_exactly_duckdbs_views(spark, tmp_path, target, shop_batches):
-    home = Home(tmp_path / "home")
+    home = serving(tmp_path / "home", target)
     modes = []
     for i, path in enumerate(shop_batches):
         land(home, [path])
@@ -135,7 +143,7 @@ def test_every_run_publishes_exactly_duckdbs_views(spark, tmp_path, target, shop
 
 
 def test_a_delta_carries_only_the_rows_its_pass_changed(spark, tmp_path, target, shop_batches):
-    home = Home(tmp_path / "home")
+    home = serving(tmp_path / "home", target)
     land(home, shop_batches[:4])
     run(spark, home, SHOP_VIEWS, now=T0)
     land(home, shop_batches[4:])
@@ -148,44 +156,40 @@ def test_a_delta_carries_only_the_rows_its_pass_changed(spark, tmp_path, target,
     assert pg_tables(target) == tables
 
 
-def test_rows_a_pass_deleted_go_from_postgres_by_a_catch_up_and_by_a_delta(spark, tmp_path, target, monkeypatch):
+def test_rows_a_pass_deleted_go_from_postgres_by_a_catch_up_and_by_a_delta(spark, tmp_path, target):
     """A view that deletes (tests/holds_views.py), a stream's last keyed row included. Run 2 deletes
     acct-1's only hold while PostgreSQL is down: run 3's catch-up deletes it there. Run 3 deletes
     acct-2's last hold: its delta deletes it there."""
-    home = Home(tmp_path / "home").ensure()
+    home = serving(tmp_path / "home", target).ensure()
     first, second, third = DELETES_STORED_ROWS
 
-    def run_entry(entry) -> list[str]:
+    def run_entry(entry, dsn: str | None = None) -> list[str]:
         write_batch(home, entry)
-        report = run(spark, home, [HOLDS], now=entry_time(entry))
+        report = run(spark, serving(home.root, target, dsn), [HOLDS], now=entry_time(entry))
         assert report.projection.entries == 1
         return [p.mode for p in report.projection.publications]
 
     assert run_entry(first) == ["full"]
     assert [row[:2] for row in pg_tables(target, [HOLDS])["holds"]] == [("acct-1", 2), ("acct-2", 2), ("acct-2", 3)]
-    monkeypatch.setenv("INORDER_SERVE_POSTGRES", re.sub(r"port=\d+", "port=1", target.dsn))
-    assert run_entry(second) == []
-    monkeypatch.setenv("INORDER_SERVE_POSTGRES", target.dsn)
+    assert run_entry(second, unreachable(target)) == []
     assert run_entry(third) == ["catch-up", "delta"]
     assert pg_tables(target, [HOLDS]) == duck_tables(home, [HOLDS])
     assert pg_tables(target, [HOLDS]) == {"holds": [], "releases": [("acct-1", 1), ("acct-2", 1)]}
     assert pg_published(target) == duck_entries(home)
 
 
-def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_batches, monkeypatch):
+def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_batches):
     """PostgreSQL unreachable for two runs: DuckDB commits, the runs report it; the next run catches
     up (aggregates as absolute values, so nothing is counted twice) and ends equal."""
-    home = Home(tmp_path / "home")
+    home = serving(tmp_path / "home", target)
     land(home, shop_batches[:2])
     run(spark, home, SHOP_VIEWS, now=T0)
-    monkeypatch.setenv("INORDER_SERVE_POSTGRES", re.sub(r"port=\d+", "port=1", target.dsn))
     for i, path in enumerate(shop_batches[2:4], start=1):
         land(home, [path])
-        report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=i))
+        report = run(spark, serving(home.root, target, unreachable(target)), SHOP_VIEWS, now=T0 + timedelta(minutes=i))
         assert report.projection.publish_error and "cannot connect to PostgreSQL" in report.projection.publish_error
         assert report.projection.entries == 1  # DuckDB went on
     assert pg_tables(target) != duck_tables(home)
-    monkeypatch.setenv("INORDER_SERVE_POSTGRES", target.dsn)
     land(home, shop_batches[4:])
     report = run(spark, home, SHOP_VIEWS, now=T0 + timedelta(minutes=5))
     modes = [p.mode for p in report.projection.publications]
@@ -199,7 +203,7 @@ def test_missed_publications_are_caught_up_once(spark, tmp_path, target, shop_ba
 
 
 def test_a_table_that_no_longer_matches_is_refused_until_published_in_full(spark, tmp_path, target, shop_batches):
-    home = Home(tmp_path / "home")
+    home = serving(tmp_path / "home", target)
     land(home, shop_batches[:2])
     run(spark, home, SHOP_VIEWS, now=T0)
     with psycopg.connect(target.dsn) as pg:
@@ -225,7 +229,7 @@ def test_a_table_that_no_longer_matches_is_refused_until_published_in_full(spark
 
 
 def test_a_rebuilt_view_is_published_whole(spark, tmp_path, target, shop_batches):
-    home = Home(tmp_path / "home")
+    home = serving(tmp_path / "home", target)
     land(home, shop_batches)
     run(spark, home, SHOP_VIEWS, now=T0)
     before = pg_tables(target)
@@ -241,7 +245,7 @@ def test_postgres_types_hold_every_value_exactly(spark, tmp_path, target):
     equals what DuckDB returns, value for value and type for type."""
     from tests.helpdesk_views import HELPDESK
 
-    home = Home(tmp_path / "home")
+    home = serving(tmp_path / "home", target)
     home.ensure()
     (home.landing / "batch-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ticket_records(40)))
     run(spark, home, [HELPDESK], now=T0)

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from pipelines.spark import session as sp
-from pipelines.spark.settings import env_conf
+from pipelines.config import Settings
+from pipelines.store.database import Home
 
 
 class Context(SimpleNamespace):
@@ -24,41 +25,23 @@ def classic(master: str) -> SimpleNamespace:
     ("local[*]", None, True), ("local[2]", "auto", True), ("local[*]", "0", False),
     ("spark://10.0.0.1:7077", None, False), ("yarn", "", False), ("spark://10.0.0.1:7077", "1", True),
 ])
-def test_archive_shared(monkeypatch, master, setting, shared):
-    if setting is None:
-        monkeypatch.delenv("INORDER_ARCHIVE_SHARED", raising=False)
-    else:
-        monkeypatch.setenv("INORDER_ARCHIVE_SHARED", setting)
-    assert sp.archive_shared(classic(master)) is shared
+def test_archive_shared(master, setting, shared):
+    settings = Settings.from_env({} if setting is None else {"INORDER_ARCHIVE_SHARED": setting})
+    assert sp.archive_shared(classic(master), settings) is shared
 
 
-def test_a_bad_flag_is_an_error(monkeypatch):
-    monkeypatch.setenv("INORDER_ARCHIVE_SHARED", "maybe")
-    with pytest.raises(ValueError, match="INORDER_ARCHIVE_SHARED must be 1, 0 or auto"):
-        sp.archive_shared(classic("local[*]"))
-
-
-def test_spark_conf_from_the_environment(monkeypatch):
-    monkeypatch.setenv("INORDER_SPARK_CONF", '{"spark.executor.memory": "4g", "spark.cores.max": 8}')
-    assert env_conf() == {"spark.executor.memory": "4g", "spark.cores.max": "8"}
-    monkeypatch.setenv("INORDER_SPARK_CONF", '["spark.executor.memory=4g"]')
-    with pytest.raises(ValueError, match="JSON object"):
-        env_conf()
-
-
-def test_code_is_shipped_once_per_remote_context_and_never_locally(monkeypatch):
-    monkeypatch.delenv("INORDER_SHIP_CODE", raising=False)
-    added = []
+def test_code_is_shipped_once_per_remote_context_and_never_locally(tmp_path):
+    home, added = Home.of(Settings(), tmp_path / "home"), []
     remote = SimpleNamespace(sparkContext=Context(master="spark://10.0.0.1:7077", addPyFile=added.append))
-    path = sp.ship_code(remote)
-    assert sp.ship_code(remote) == path and added == [str(path)]
+    path = sp.ship_code(remote, home)
+    assert sp.ship_code(remote, home) == path and added == [str(path)]
     names = zipfile.ZipFile(path).namelist()
     assert "pipelines/engine/executor.py" in names and "views/accounts.py" in names
     local = SimpleNamespace(sparkContext=Context(master="local[*]", addPyFile=added.append))
-    assert sp.ship_code(local) is None and len(added) == 1
-    monkeypatch.setenv("INORDER_SHIP_CODE", "0")
+    assert sp.ship_code(local, home) is None and len(added) == 1
+    installed = Home.of(Settings(ship_code=False), tmp_path / "home")
     other = SimpleNamespace(sparkContext=Context(master="yarn", addPyFile=added.append))
-    assert sp.ship_code(other) is None and len(added) == 1
+    assert sp.ship_code(other, installed) is None and len(added) == 1
 
 
 def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypatch, tmp_path):
@@ -68,12 +51,19 @@ def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypat
     (tmp_path / "carrier" / "views.py").write_text(
         "from pipelines.view import Table, View\n"
         "V = View('carrier', (Table('parcels', {'parcel_id': 'VARCHAR'}, ('parcel_id',), stream_key='parcel_id'),),"
-        " ('parcel',))\n")
+        " ('parcel',))\n"
+        "@V.on('Sent')\n"
+        "def sent(event, tables):\n"
+        "    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("INORDER_VIEWS", "carrier.views")
-    names = zipfile.ZipFile(sp.code_zip()).namelist()
+    names = zipfile.ZipFile(sp.code_zip(Home.of(Settings(views="carrier.views"), tmp_path / "home"))).namelist()
     assert {"pipelines/engine/executor.py", "carrier/__init__.py", "carrier/views.py"} <= set(names)
     assert "views/accounts.py" not in names  # the bank's views are not this deployment's
+    import carrier.views
+
+    # a view the caller made (not loaded by the registry) brings its own modules whatever the settings say
+    names = zipfile.ZipFile(sp.code_zip(Home.of(Settings(), tmp_path / "home"), [carrier.views.V])).namelist()
+    assert {"carrier/views.py", "views/accounts.py"} <= set(names)
 
 
 @pytest.mark.parametrize("conf, local, live_cores, partitions", [

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipelines"
 # bottom first: a module may import its own room and the rooms before it (docs/ARCHITECTURE.md)
 LAYERS = (
-    ("pipelines.faults", "pipelines.message", "pipelines.columns", "pipelines.events", "pipelines.view"),
+    ("pipelines.faults", "pipelines.config", "pipelines.message", "pipelines.columns", "pipelines.events", "pipelines.view"),
     ("pipelines.store",),
     ("pipelines.registry",),
     ("pipelines.spark",),

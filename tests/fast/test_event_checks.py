@@ -205,8 +205,8 @@ def test_every_checked_field_of_a_class_is_checked_and_an_annotation_that_is_not
     pair = msgspec.defstruct("Pair", [("low", Annotated[Decimal, Check(ge=0)]), ("high", Annotated[int, "a doc", Check(le=9)]),
                                       ("note", Annotated[str, "a doc"], "")])
     handler = TypedHandler(lambda p, t: None, pair)
-    assert refusal(handler, '{"low": -1, "high": 3}', "Pair") == "Pair: `low` must be >= 0, got -1"
-    assert refusal(handler, '{"low": 1, "high": 10}', "Pair") == "Pair: `high` must be <= 9, got 10"
+    assert same_bound_spelling(refusal(handler, '{"low": -1, "high": 3}', "Pair"), "Pair: `low` must be >= 0, got -1")
+    assert same_bound_spelling(refusal(handler, '{"low": 1, "high": 10}', "Pair"), "Pair: `high` must be <= 9, got 10")
     assert refusal(handler, '{"low": 1, "high": 9, "note": "x"}', "Pair") is None
 
 

@@ -10,7 +10,8 @@ from pipelines.engine.inputs import PassInputs, pass_folder
 from pipelines.engine.output import INPUT_ROWS_METRIC, PassResult
 from pipelines.engine.pass_data import OutputKind
 from pipelines.engine.spark_pass import (InputsMismatch, TooMuchToShip, check_inputs_columns, check_inputs_rows,
-                                         check_shipped, ship_limit_bytes, shipped_bytes)
+                                         check_shipped, shipped_bytes)
+from pipelines.config import Settings
 from pipelines.store.database import Home
 
 
@@ -32,25 +33,13 @@ def test_a_pass_over_the_bound_is_refused_in_one_line_that_says_what_to_set():
     assert "INORDER_ARCHIVE_SHARED=1 and INORDER_SCRATCH" in line and "INORDER_PASS_STREAMS" in line
 
 
-def test_the_ship_limit_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv("INORDER_SHIP_LIMIT_MB", raising=False)
-    assert ship_limit_bytes() == 256 << 20
-    monkeypatch.setenv("INORDER_SHIP_LIMIT_MB", "1024")
-    assert ship_limit_bytes() == 1 << 30
-    for bad in ("0", "-5", "lots"):
-        monkeypatch.setenv("INORDER_SHIP_LIMIT_MB", bad)
-        with pytest.raises(ValueError, match="INORDER_SHIP_LIMIT_MB must be a positive whole number"):
-            ship_limit_bytes()
-
-
-def test_a_shared_scratch_folder_gives_each_home_a_folder_of_its_own(tmp_path, monkeypatch):
-    monkeypatch.delenv("INORDER_SCRATCH", raising=False)
-    assert pass_folder(Home.from_env(tmp_path / "one")) == tmp_path / "one" / "scratch" / "pass"
-    monkeypatch.setenv("INORDER_SCRATCH", str(tmp_path / "shared"))
-    one, two = pass_folder(Home.from_env(tmp_path / "one")), pass_folder(Home.from_env(tmp_path / "two"))
+def test_a_shared_scratch_folder_gives_each_home_a_folder_of_its_own(tmp_path):
+    assert pass_folder(Home.of(Settings(), tmp_path / "one")) == tmp_path / "one" / "scratch" / "pass"
+    shared = Settings(scratch=str(tmp_path / "shared"))
+    one, two = pass_folder(Home.of(shared, tmp_path / "one")), pass_folder(Home.of(shared, tmp_path / "two"))
     assert one.parent.parent == two.parent.parent == tmp_path / "shared"
     assert one != two and one.name == two.name == "pass"
-    assert one == pass_folder(Home.from_env(tmp_path / "one"))  # the same home, the same folder
+    assert one == pass_folder(Home.of(shared, tmp_path / "one"))  # the same home, the same folder
 
 
 def _walked(*rows_per_partition: int) -> PassResult:
