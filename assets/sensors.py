@@ -122,7 +122,7 @@ def _projection_after(run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
 
 
 CHECKS_TAG = "inorder/checks"  # on a successful run whose checks did not all pass: "2 failed, 1 warned"
-FAILED_CHECKS_TAG = "inorder/failed_checks"  # ... and which: "accounts.handler_error_rate, …"
+FAILED_CHECKS_TAG = "inorder/failed_checks"  # ... and which: "accounts.reject_rate, …"
 
 
 def check_verdicts(instance: dg.DagsterInstance, run_id: str) -> dict[tuple[str, str], str]:

@@ -434,15 +434,8 @@ class Alerts:
     reject_rate: Thresholds = Thresholds(0.01, 0.05)
     late_rate: Thresholds = Thresholds(0.01, 0.05)
     min_selected: int = 100
-    # the name `reject_rate` had while one check judged refusals and bugs together: still read, with a warning
-    handler_error_rate: Thresholds | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.handler_error_rate is not None:
-            warnings.warn("Alerts(handler_error_rate=…) is now Alerts(reject_rate=…): it judges refusals (Reject) "
-                          "only, and any bug fails the no_handler_bugs check", DeprecationWarning, stacklevel=3)
-            object.__setattr__(self, "reject_rate", Thresholds(*self.handler_error_rate))
-            object.__setattr__(self, "handler_error_rate", None)
         for name in ("reject_rate", "late_rate"):
             warn, error = getattr(self, name)
             if not 0 <= warn <= error <= 1:
@@ -605,11 +598,6 @@ class View:
             return function
 
         return register
-
-    def handles(self, *event_types: str) -> Callable[[Handler], Handler]:
-        """The older name of `on` for event type names."""
-        deprecated(f"view {self.name}: @VIEW.handles(…)", "register with @VIEW.on(EventClass) or @VIEW.on('EventType')")
-        return self.on(*event_types)
 
     @cached_property
     def rules(self) -> tuple[Expectation, ...]:

@@ -24,7 +24,7 @@ TOTALS = Table(  # aggregate: `stream_id` and `kind` are its key
 CLASHING = View(name="clashing", tables=(NOTES, LOG, TOTALS), subscribes=("thing",))
 
 
-@CLASHING.handles("Noted", "Amended")
+@CLASHING.on("Noted", "Amended")
 def noted(event, tables) -> None:
     category, amount = event.payload["category"], Decimal(event.payload["amount"])
     before = tables.notes.get(event.stream_id, event.event_type)

@@ -19,13 +19,13 @@ AUDIT = View(
     subscribes=("account",), expectations=(between("audit_accounts", "deposits", 0, MOST_DEPOSITS),))
 
 
-@AUDIT.handles("AccountOpened")
+@AUDIT.on("AccountOpened")
 def opened(event, tables) -> None:
     tables.audit_accounts.put({"account_id": event.stream_id, "deposits": 0})
     tables.audit_types.add({"event_type": event.event_type}, n=1)
 
 
-@AUDIT.handles("Deposited")
+@AUDIT.on("Deposited")
 def deposited(event, tables) -> None:
     if amount_of(event) > BUG_ABOVE:  # a refused amount is a Reject (amount_of)
         _ = event.payload["currency"]  # the bug

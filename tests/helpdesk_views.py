@@ -82,7 +82,7 @@ def _log(event: Event, tables: HelpdeskTables, row: dict, kind: str) -> None:
         "cost_so_far": row["cost"]})
 
 
-@HELPDESK.handles("TicketOpened")
+@HELPDESK.on("TicketOpened")
 def opened(event: Event, tables: HelpdeskTables) -> None:
     p = event.payload
     priority, urgent, cost = p.get("priority"), p.get("urgent"), p.get("cost")
@@ -99,7 +99,7 @@ def opened(event: Event, tables: HelpdeskTables) -> None:
     tables.ticket_days.add({"day": at.date()}, opened=1, urgent=1 if urgent else 0, cost=cost)
 
 
-@HELPDESK.handles("Replied")
+@HELPDESK.on("Replied")
 def replied(event: Event, tables: HelpdeskTables) -> None:
     row, at = _ticket(event, tables), _moment(event)
     if row["hours_to_reply"] is None:
@@ -110,7 +110,7 @@ def replied(event: Event, tables: HelpdeskTables) -> None:
     _log(event, tables, row, "replied")
 
 
-@HELPDESK.handles("EffortLogged")
+@HELPDESK.on("EffortLogged")
 def effort(event: Event, tables: HelpdeskTables) -> None:
     row, hours = _ticket(event, tables), event.payload.get("hours")
     rate = event.payload.get("rate", 0)
@@ -125,7 +125,7 @@ def effort(event: Event, tables: HelpdeskTables) -> None:
     tables.ticket_days.add({"day": row["opened_on"]}, effort_hours=float(hours), cost=Decimal(hours) * rate)
 
 
-@HELPDESK.handles("Closed", "Reopened")
+@HELPDESK.on("Closed", "Reopened")
 def closed_or_reopened(event: Event, tables: HelpdeskTables) -> None:
     row, at = _ticket(event, tables), _moment(event)
     row["status"] = "closed" if event.event_type == "Closed" else "open"

@@ -19,12 +19,12 @@ HOLDS = View(
     subscribes=("account",), on_error="park")
 
 
-@HOLDS.handles("Deposited")
+@HOLDS.on("Deposited")
 def hold(event, tables) -> None:
     tables.holds.put({"account_id": event.stream_id, "seq": event.seq, "amount": amount_of(event)})
 
 
-@HOLDS.handles("Withdrawn")
+@HOLDS.on("Withdrawn")
 def release(event, tables) -> None:
     held = tables.holds.all()
     if not held:
@@ -34,7 +34,7 @@ def release(event, tables) -> None:
     tables.releases.add({"account_id": event.stream_id}, n=1)
 
 
-@HOLDS.handles("AccountClosed")
+@HOLDS.on("AccountClosed")
 def close(event, tables) -> None:
     for row in tables.holds.all():
         tables.holds.delete(row["account_id"], row["seq"])

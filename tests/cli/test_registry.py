@@ -81,14 +81,14 @@ def test_every_module_of_a_package_contributes_its_views_once(user_root):
 
 
 def test_handlers_registered_in_another_module_count_and_none_after_loading(user_root):
-    """`@view.handles` from a second module of the package is part of the view (and of its fingerprint);
+    """`@view.on` from a second module of the package is part of the view (and of its fingerprint);
     once the views are loaded to run, a handler more is refused rather than run unseen."""
     from pipelines.store.versions import fingerprint
     from pipelines.view import HandlerRegistrationClosed
 
     package = write_module(user_root, {
         "a.py": view_source("alpha", "alpha_rows"),
-        "b.py": "from .a import VIEW\n\n@VIEW.handles('Made')\ndef made(event, tables):\n    pass\n",
+        "b.py": "from .a import VIEW\n\n@VIEW.on('Made')\ndef made(event, tables):\n    pass\n",
     })
     (view,) = load_views(package)
     assert list(view.handlers) == ["Made"]
@@ -222,13 +222,6 @@ def test_alert_thresholds_and_column_descriptions_are_checked():
     with pytest.raises(ValueError, match=re.escape("descriptions of unknown columns ['nope']")):
         Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k", descriptions={"nope": "?"})
 
-
-def test_a_view_written_with_the_old_alert_name_still_loads_and_is_told_the_new_one():
-    from pipelines.view import Alerts, Thresholds
-
-    with pytest.warns(DeprecationWarning, match=r"Alerts\(reject_rate=…\)"):
-        old = Alerts(handler_error_rate=(0.2, 0.3))
-    assert old == Alerts(reject_rate=Thresholds(0.2, 0.3)) and old.reject_rate == Thresholds(0.2, 0.3)
 
 
 def test_init_records_the_folder_of_view_modules_a_new_shell_would_not_find(tmp_path, monkeypatch):

@@ -251,7 +251,6 @@ def test_every_documented_rule_works_alone(rule):
      "@VIEW.on(EventClass)"),
     (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",),
                   expectations=(Expectation("accounts", "not_null", ("owner",)),)), "Column(…, not_null=True"),
-    (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",)).handles("X"), "@VIEW.on("),
 ])
 def test_each_older_declaration_warns_naming_its_replacement(declare, replacement):
     with pytest.warns(ViewDeprecation, match="is deprecated") as caught:

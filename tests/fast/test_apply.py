@@ -23,13 +23,13 @@ TOTALS = Table("totals", {"day": "VARCHAR", "n": "BIGINT"}, ("day",), kind="aggr
 def misusing(name: str, handler) -> View:
     view = View(name=name, tables=(KEYED, LOG, TOTALS), subscribes=("thing",), on_bug="skip")
 
-    @view.handles("Made")
+    @view.on("Made")
     def made(event, tables) -> None:
         tables.things.put({"thing_id": event.stream_id, "n": 1})
         tables.log.append({"thing_id": event.stream_id, "pos": 1, "what": "made"})
         tables.totals.add({"day": "d"}, n=1)
 
-    view.handles("Used")(handler)
+    view.on("Used")(handler)
     return view
 
 
@@ -113,12 +113,12 @@ def keyed_view(name: str, handler) -> View:
     """A composite key (stream, BIGINT) and an aggregate keyed by DATE: keys given in other types convert."""
     view = View(name=name, tables=(NUMBERED, BY_DAY), subscribes=("thing",), on_bug="skip")
 
-    @view.handles("Made")
+    @view.on("Made")
     def made(event, tables) -> None:
         tables.numbered.put({"thing_id": event.stream_id, "k": 3, "on": "2024-03-01", "n": 1})
         tables.by_day.add({"on": "2024-03-01"}, n=1)
 
-    view.handles("Used")(handler)
+    view.on("Used")(handler)
     return view
 
 
@@ -189,7 +189,7 @@ def append_after_the_newest(event, tables) -> None:
 
 def test_a_failed_append_leaves_the_newest_row_as_it_was_and_a_long_message_is_cut():
     view = misusing("appending", append_after_the_newest)
-    view.handles("Broke")(append_then_fail)
+    view.on("Broke")(append_then_fail)
     result = replay(view, [{"stream_id": "t1", "stream_type": "thing", "seq": seq, "type": kind}
                            for seq, kind in ((1, "Made"), (2, "Broke"), (3, "Used"))])
     (error,) = result.errors
@@ -205,7 +205,7 @@ BY_DAY_AND_KIND = Table("by_day_and_kind", {"day": "VARCHAR", "kind": "VARCHAR",
 def test_an_aggregate_with_a_composite_key_sums_per_key():
     view = View(name="composite", tables=(BY_DAY_AND_KIND,), subscribes=("thing",))
 
-    @view.handles("Made")
+    @view.on("Made")
     def made(event, tables) -> None:
         tables.by_day_and_kind.add({"day": "d", "kind": event.payload["kind"]}, n=event.seq)
 
@@ -220,7 +220,7 @@ def test_only_an_aggregates_sums_must_fit_their_column():
     the total it makes fits (and a total that does not fit is a refusal, whatever the increments)."""
     view = View(name="sums", tables=(TOTALS,), subscribes=("thing",))
 
-    @view.handles("Made")
+    @view.on("Made")
     def made(event, tables) -> None:
         tables.totals.add({"day": "d"}, n=event.payload["n"])
 

@@ -60,10 +60,10 @@ def test_the_watermark_names_the_last_entry_that_walked_the_stream():
 
 # A view whose withdrawals always fail (a bug: the stream parks), and a stream of it parked at seq 3.
 PARKING = View(name="parking", tables=(), subscribes=("account",), on_bug="park")
-PARKING.handles("Deposited")(lambda event, tables: None)
+PARKING.on("Deposited")(lambda event, tables: None)
 
 
-@PARKING.handles("Withdrawn")
+@PARKING.on("Withdrawn")
 def still_broken(event, tables) -> None:
     raise RuntimeError("still broken")
 

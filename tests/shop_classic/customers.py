@@ -84,7 +84,7 @@ CUSTOMERS = View(
 )
 
 
-@CUSTOMERS.handles("OptedIn", "OptedOut")
+@CUSTOMERS.on("OptedIn", "OptedOut")
 def consent(event: Event, tables: CustomerTables) -> None:
     payload_of(event)  # no fields, but it must still be an object
     row = _registered(event, tables)

@@ -81,7 +81,7 @@ class OrderTables(Protocol):
     orders: KeyedTable
 
 
-@ORDERS.handles("OrderPlaced")
+@ORDERS.on("OrderPlaced")
 def placed(event: Event, tables: OrderTables) -> None:
     placement = accept_placement(event, tables.orders.get(event.stream_id))
     tables.orders.put({
@@ -102,7 +102,7 @@ def _save(tables: OrderTables, row: dict, event: Event, **changes) -> None:
     tables.orders.put({**row, **changes, "version": event.seq})
 
 
-@ORDERS.handles("ItemAdded")
+@ORDERS.on("ItemAdded")
 def item_added(event: Event, tables: OrderTables) -> None:
     row = tables.orders.get(event.stream_id)
     item = accept_item(event, row)
@@ -110,7 +110,7 @@ def item_added(event: Event, tables: OrderTables) -> None:
           weight_kg=row["weight_kg"] + item.weight_kg)
 
 
-@ORDERS.handles("OrderPaid")
+@ORDERS.on("OrderPaid")
 def paid(event: Event, tables: OrderTables) -> None:
     row = tables.orders.get(event.stream_id)
     payment = accept_payment(event, row)
@@ -119,7 +119,7 @@ def paid(event: Event, tables: OrderTables) -> None:
     _save(tables, row, event, status="paid", paid_at=payment.paid_at, hours_to_pay=hours_to_pay)
 
 
-@ORDERS.handles("OrderShipped")
+@ORDERS.on("OrderShipped")
 def shipped(event: Event, tables: OrderTables) -> None:
     row = tables.orders.get(event.stream_id)
     shipped_on = accept_shipment(event, row)
@@ -127,7 +127,7 @@ def shipped(event: Event, tables: OrderTables) -> None:
     _save(tables, row, event, status="shipped", shipped_on=shipped_on, days_to_ship=days_to_ship)
 
 
-@ORDERS.handles("OrderCancelled")
+@ORDERS.on("OrderCancelled")
 def cancelled(event: Event, tables: OrderTables) -> None:
     row = tables.orders.get(event.stream_id)
     _save(tables, row, event, status="cancelled", cancel_reason=accept_cancellation(event, row).reason)

@@ -99,14 +99,14 @@ def _book(tables: DailyTables, row: dict, day: date, **counts) -> None:
     tables.shop_daily.add({"day": day}, **counts)
 
 
-@SHOP_DAILY.handles("OrderPlaced")
+@SHOP_DAILY.on("OrderPlaced")
 def order_placed(event: Event, tables: DailyTables) -> None:
     placement = accept_placement(event, _order(event, tables))
     row = {"order_id": event.stream_id, "placed_at": placement.placed_at, "status": "placed", "total": ZERO}
     _book(tables, row, placement.placed_at.date(), orders_placed=1)
 
 
-@SHOP_DAILY.handles("ItemAdded")
+@SHOP_DAILY.on("ItemAdded")
 def item_added(event: Event, tables: DailyTables) -> None:
     row = _order(event, tables)
     item = accept_item(event, row)
@@ -114,28 +114,28 @@ def item_added(event: Event, tables: DailyTables) -> None:
           items=item.quantity, weight_kg=item.weight_kg)
 
 
-@SHOP_DAILY.handles("OrderPaid")
+@SHOP_DAILY.on("OrderPaid")
 def order_paid(event: Event, tables: DailyTables) -> None:
     row = _order(event, tables)
     payment = accept_payment(event, row)
     _book(tables, {**row, "status": "paid"}, payment.paid_at.date(), orders_paid=1, revenue=payment.amount)
 
 
-@SHOP_DAILY.handles("OrderShipped")
+@SHOP_DAILY.on("OrderShipped")
 def order_shipped(event: Event, tables: DailyTables) -> None:
     row = _order(event, tables)
     shipped_on = accept_shipment(event, row)
     _book(tables, {**row, "status": "shipped"}, shipped_on, orders_shipped=1)
 
 
-@SHOP_DAILY.handles("OrderCancelled")
+@SHOP_DAILY.on("OrderCancelled")
 def order_cancelled(event: Event, tables: DailyTables) -> None:
     row = _order(event, tables)
     cancellation = accept_cancellation(event, row)
     _book(tables, {**row, "status": "cancelled"}, cancellation.cancelled_at.date(), orders_cancelled=1)
 
 
-@SHOP_DAILY.handles("CustomerRegistered")
+@SHOP_DAILY.on("CustomerRegistered")
 def customer_registered(event: Event, tables: DailyTables) -> None:
     registration = accept_registration(event, tables.daily_customer_state.get(event.stream_id))
     tables.daily_customer_state.put({"customer_id": event.stream_id, "joined_on": registration.joined_on})
