@@ -248,11 +248,11 @@ def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dic
     (given) its counts, the partition's `metrics` and aggregate partial sums (view -> table
     -> rows)."""
     if out.watermarks:
-        w = list(zip(*out.watermarks))
-        yield _batch(schema, len(out.watermarks), {
-            "kind": [OutputKind.WATERMARK.value] * len(out.watermarks), "view": w[0], "stream_id": w[1],
-            "entry_idx": w[2], "stream_type": w[3], "last_seq": w[4], "blocked_at": w[5], "blocked_since": w[6],
-            "parked": w[7], "pending_count": w[8], "attempts": w[9]})
+        # named, not by position; the commit's column is `blocked_since` (the contract's name)
+        columns = dict(zip(WatermarkRecord._fields, zip(*out.watermarks)))
+        columns["blocked_since"] = columns.pop("blocked_since_us")
+        kinds = [OutputKind.WATERMARK.value] * len(out.watermarks)
+        yield _batch(schema, len(out.watermarks), {"kind": kinds, **columns})
     if out.pending:
         views, streams, messages = zip(*out.pending)
         yield _batch(schema, len(messages), {
