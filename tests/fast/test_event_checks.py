@@ -248,3 +248,24 @@ def test_a_dataclass_is_shared_only_when_frozen(frozen):
     point = dataclasses.make_dataclass("Point", [("x", int), ("y", Optional[Decimal], None)], frozen=frozen)
     decoder = PayloadDecoder(point)
     assert (decoder.decode('{"x": 1}') is decoder.decode('{"x": 1}')) == frozen
+
+
+@pytest.mark.parametrize("value, places, refused", [
+    ("1.500", 1, False), ("1.500", 0, True), ("100", 0, False), ("0.10", 1, False), ("-0.0050", 3, False),
+    ("-0.0050", 2, True), ("0E-9", 0, False), ("1E+3", 0, False), ("12.345", 2, True),
+])
+def test_places_count_the_digits_after_the_point_that_matter(value, places, refused):
+    """1.500 has one place that counts, 100 none, 0E-9 none: trailing zeros never count."""
+    problem = Check(places=places).problem(Decimal(value))
+    assert (problem is not None) == refused
+    if refused:
+        assert problem == f"must have at most {places} decimal places, got {value}"
+
+
+def test_a_float_that_is_not_finite_is_refused_and_an_int_is_compared():
+    assert Check(ge=0).problem(float("inf")) == "must be a finite number, got inf"
+    assert Check(ge=0).problem(float("nan")) == "must be a finite number, got nan"
+    assert Check(ge=0).problem(5) is None and Check(ge=0).problem(-5) == "must be >= 0, got -5"
+    reading = msgspec.defstruct("Level", [("level", Annotated[float, Check(ge=0)])])
+    assert refusal(TypedHandler(lambda p, t: None, reading), '{"level": 1e999}', "Level") == \
+        "Level: Number out of range - at `$.level`"  # msgspec refuses it before the check
