@@ -75,8 +75,8 @@ def expected(sql_type: str, v: Any, nullable: bool, where: str = "t.c") -> tuple
         n, bits = int(v), INT_BOUNDS[sql_type]
         return ("ok", n) if -(1 << bits) <= n < (1 << bits) else ("reject", f"{where}: {n} is out of range for {sql_type}")
     if sql_type == "DOUBLE":
-        exact = Decimal(v) if not isinstance(v, Decimal) or v.is_finite() else None
-        fits = exact is not None and abs(exact) <= Decimal(sys.float_info.max)
+        finite = v.is_finite() if isinstance(v, Decimal) else isinstance(v, int) or math.isfinite(v)
+        fits = finite and abs(Decimal(v)) <= Decimal(sys.float_info.max)
         return ("ok", float(v)) if fits else ("reject", f"{where}: {v} does not fit DOUBLE")
     d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
     precision, scale = map(int, sql_type[8:-1].split(","))
