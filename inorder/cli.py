@@ -559,7 +559,7 @@ def cmd_spark(args: argparse.Namespace) -> None:
     home = _home(args)
     files = spark_server.ServerFiles.of(home.root)
     if args.action == "start":
-        state, started = spark_server.start(files, args.idle_timeout * 60)
+        state, started = spark_server.start(files, (args.idle_timeout or home.settings.spark_idle_minutes) * 60)
         print(state.endpoint if started else f"already running: {state.endpoint} (pid {state.pid})")
     elif args.action == "stop":
         state = spark_server.stop(files)
@@ -578,7 +578,8 @@ def cmd_spark(args: argparse.Namespace) -> None:
             print(f"running: {state.endpoint} (pid {state.pid}), up {document['uptime_seconds']:.0f}s, idle "
                   f"{document['idle_seconds']:.0f}s of {state.idle_timeout_seconds:.0f}s; log {files.log}")
         else:
-            print(f"not running (runs start Spark local[*]); `inorder spark start` keeps one warm for {home.root}")
+            print("not running; " + ("the next run starts one" if home.settings.spark_warm else
+                                     "runs start Spark local[*] (INORDER_SPARK_WARM=0)") + f", for {home.root}")
         if state is None:
             sys.exit(3)  # as `systemctl status` does: scripts can test it
 
@@ -712,13 +713,12 @@ def _operator_commands(command) -> None:
 
 def _spark_command(command, as_json: dict) -> None:
     """`inorder spark start|stop|status`."""
-    from pipelines.spark.server import DEFAULT_IDLE_MINUTES
-
     k = command("spark", help="a warm Spark Connect server on loopback that runs of this home use")
     k_sub = k.add_subparsers(dest="action", required=True)
     k_start = command("start", "start it (if none is running) and print its sc:// endpoint", k_sub, "inorder spark")
-    k_start.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_MINUTES, metavar="MINUTES",
-                         help=f"it stops by itself after this long with no run using it (default {DEFAULT_IDLE_MINUTES:g})")
+    k_start.add_argument("--idle-timeout", type=float, metavar="MINUTES",
+                         help="it stops by itself after this long with no run using it (default "
+                              "INORDER_SPARK_IDLE_MINUTES, else 15)")
     command("stop", "stop it and wait for its processes to end", k_sub, "inorder spark")
     k_status = command("status", "running or not, endpoint, uptime, idle time (exit 3: not running)", k_sub, "inorder spark")
     k_status.add_argument("--json", **as_json)

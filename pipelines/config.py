@@ -40,19 +40,35 @@ def _seconds(name: str, text: str) -> float:
     return value
 
 
-def _flag(name: str, text: str) -> bool | None:
+def _switch(name: str, text: str) -> bool:
     value = text.lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    if value == "auto":
+    raise ValueError(f"{name} must be 1 or 0, not {text!r}")
+
+
+def _flag(name: str, text: str) -> bool | None:
+    if text.lower() == "auto":
         return None
-    raise ValueError(f"{name} must be 1, 0 or auto, not {text!r}")
+    if text.lower() not in _TRUE + _FALSE:
+        raise ValueError(f"{name} must be 1, 0 or auto, not {text!r}")
+    return _switch(name, text)
 
 
 def _on(name: str, text: str) -> bool:
     return True
+
+
+def _minutes(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of minutes, not {text!r}")
+    return value
 
 
 def _spark_conf(name: str, text: str) -> Mapping[str, str]:
@@ -91,8 +107,13 @@ class Settings:
     ship_code: bool | None = _setting("INORDER_SHIP_CODE", None, "1: ship pipelines/ and the views' code to the "
                                       "executors even in a local session; 0: never (installed there); unset or "
                                       "auto: every session but a classic local one", _flag)
-    spark_master: str | None = _setting("INORDER_SPARK_MASTER", None, "local[*] (default, or the home's warm "
-                                        "server when it is up), spark://…, yarn, k8s://… or sc://…")
+    spark_master: str | None = _setting("INORDER_SPARK_MASTER", None, "the home's warm Spark server when unset "
+                                        "(INORDER_SPARK_WARM), or local[*], spark://…, yarn, k8s://… or sc://…")
+    spark_warm: bool = _setting("INORDER_SPARK_WARM", True, "1 (default): with no master set, runs share the "
+                                "home's warm Spark server and start one when none is up; 0: a run with no "
+                                "server up starts Spark local[*] of its own", _switch)
+    spark_idle_minutes: float = _setting("INORDER_SPARK_IDLE_MINUTES", 15.0, "a warm Spark server stops after this "
+                                         "many minutes with no run", _minutes)
     spark_conf: Mapping[str, str] = _setting("INORDER_SPARK_CONF", {}, "extra Spark settings, a JSON object",
                                              _spark_conf)
     pass_records: int = _setting("INORDER_PASS_RECORDS", DEFAULT_MAX_RECORDS, "the most records a pass takes",

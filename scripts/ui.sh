@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything and opens the Dagster UI (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME),
-# with a warm Spark server for its runs (`inorder spark start`; stopped with the UI unless it was running
-# before; INORDER_UI_WARM_SPARK=0 leaves it out, and each run starts Spark itself). Ctrl-C stops it.
+# Installs everything and opens the Dagster UI (http://127.0.0.1:3000, DAGSTER_HOME under INORDER_HOME).
+# Its runs share the home's warm Spark server with the CLI's, as every run does (INORDER_SPARK_WARM).
+# Ctrl-C stops it.
 #
 # With INORDER_HOME set, it serves that home as it is (a missing or empty folder becomes an empty home
 # whose landing folder the sensor watches); it never runs the demo there, unless the demo made it.
@@ -29,10 +29,6 @@ bash scripts/setup.sh
 . .venv/bin/activate
 export DAGSTER_HOME="${DAGSTER_HOME:-$INORDER_HOME/dagster}"
 python -c "from inorder.dagster_runs import dagster_home; from pipelines.store.database import Home; from pipelines.config import Settings; dagster_home(Home.of(Settings.from_env()))"
-if [ "${INORDER_UI_WARM_SPARK:-1}" != 0 ] && ! inorder spark status >/dev/null; then  # exit 3: not running
-  inorder spark start
-  trap 'inorder spark stop' EXIT
-fi
 echo "ui: serving the Dagster UI at http://127.0.0.1:${PORT:-3000} for the home $INORDER_HOME" \
      "(DAGSTER_HOME $DAGSTER_HOME); Ctrl-C stops it" >&2
 if [ "$(home_kind "$INORDER_HOME")" = demo ]; then

@@ -19,6 +19,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # every `inorder` process a test starts gets a quick-starting driver JVM (C1 only, serial GC): about 4 s
 # less per `inorder run` on 2 cores. Tests check behaviour; the benchmarks measure speed, without it.
 os.environ.setdefault("INORDER_SPARK_CONF", json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}))
+# a run with no server up starts local[*] of its own, as before warm by default: a pytest process holds the classic
+# `spark` session, and Dagster runs in it cannot open Connect ones beside it. The tests of the users' default set
+# INORDER_SPARK_WARM=1 themselves (or scrub INORDER_*: the README's quickstart and tutorial), and
+# `no_server_outlives_its_test` stops what they start.
+os.environ.setdefault("INORDER_SPARK_WARM", "0")
+os.environ.setdefault("INORDER_SPARK_IDLE_MINUTES", "1")  # a server whose test's fixture outlives it (module scope)
 
 
 TIERS = ("fast", "engine", "cli", "dagster", "e2e")  # the folders under tests/, each its marker (docs/TESTING.md)
@@ -31,6 +37,29 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(getattr(pytest.mark, tier))
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.jvm)  # `make mutation` leaves these out: a JVM per mutant is out of reach
+
+
+def _stop_servers_under(root) -> None:
+    from pipelines.spark.server import ServerFiles, stop
+
+    for state in root.rglob("spark/server.json"):
+        stop(ServerFiles(state.parent))
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test(request):
+    """Stops every warm Spark server a test started under its tmp_path (runs start one by default), whatever failed."""
+    tmp_path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp_path is not None:
+        _stop_servers_under(tmp_path)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_server_outlives_its_module(tmp_path_factory):
+    """The same for the homes of a module's fixtures (under this worker's base folder)."""
+    yield
+    _stop_servers_under(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")

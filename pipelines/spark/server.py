@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -39,7 +41,6 @@ from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_L
 
 LOOPBACK = "127.0.0.1"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-DEFAULT_IDLE_MINUTES = 30.0
 START_WAIT_SECONDS = 180.0
 STOP_WAIT_SECONDS = 60.0
 CLIENT_PREFIX = "inorder-client-"
@@ -93,6 +94,19 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+@functools.cache
+def this_build() -> str:
+    """What a server shares with the processes it serves: this interpreter (its venv: the pyspark whose
+    jars the server runs, the packages its Python workers import) and inorder's own code. A run
+    never uses a server of another build: it is replaced."""
+    digest = hashlib.sha256()
+    for package in ("pipelines", "inorder"):
+        for folder in importlib.util.find_spec(package).submodule_search_locations:
+            for path in sorted(Path(folder).rglob("*.py")):
+                digest.update(path.read_bytes())
+    return f"{Path(sys.executable).absolute()} {digest.hexdigest()[:16]}"
+
+
 @dataclass(frozen=True)
 class ServerState:
     """What server.json holds about a running server."""
@@ -103,6 +117,7 @@ class ServerState:
     started_at: float  # epoch seconds
     idle_timeout_seconds: float
     log: str
+    build: str = ""  # this_build() of the process that started it ("": a server of an older inorder)
 
     @property
     def endpoint(self) -> str:
@@ -143,10 +158,13 @@ class ServerFiles:
         return self.folder / "start.lock"
 
     def read_state(self) -> ServerState | None:
+        """The state of this folder's server; None for none, half of one (a killed supervisor's), or one copied
+        with the home from another folder (that server is the other home's, never this one's to use or stop)."""
         try:
-            return ServerState(**json.loads(self.state.read_text()))
-        except (OSError, ValueError, TypeError):  # none, or half of one from a killed supervisor
+            state = ServerState(**json.loads(self.state.read_text()))
+        except (OSError, ValueError, TypeError):
             return None
+        return state if Path(state.log).resolve() == self.log.resolve() else None
 
     def write_state(self, state: ServerState) -> None:
         partial = self.state.with_suffix(".tmp")
@@ -188,22 +206,43 @@ def register_client(files: ServerFiles) -> ServerState | None:
     return state
 
 
-def start(files: ServerFiles, idle_timeout_seconds: float, wait_seconds: float = START_WAIT_SECONDS
-          ) -> tuple[ServerState, bool]:
-    """Start the supervisor and wait until the server accepts connections; (state, False) when one is
-    running already. Concurrent starts queue on a lock file."""
+def server_for_run(files: ServerFiles, settings: Settings) -> ServerState | None:
+    """The home's warm server for a run about to open a session, with this process registered as its client:
+    the one running when it is of this build; else, with INORDER_SPARK_WARM on (the default), a new one (a
+    server of another build, or of a supervisor that died, is replaced). None: none of this build is up and
+    the setting is off, so the run starts Spark of its own."""
+    state = register_client(files)
+    if state is not None and state.build == this_build():
+        return state
+    files.client.unlink(missing_ok=True)
+    if not settings.spark_warm:
+        return None
+    start(files, settings.spark_idle_minutes * 60)
+    state = register_client(files)
+    if state is None:
+        raise RuntimeError(f"the warm Spark server stopped as soon as it started (see {files.log})")
+    return state
+
+
+def start(files: ServerFiles, idle_timeout_seconds: float, wait_seconds: float = START_WAIT_SECONDS,
+          build: str | None = None) -> tuple[ServerState, bool]:
+    """Start the supervisor and wait until the server accepts connections; (state, False) when one of
+    `build` (default this_build()) is running already: one of another build is stopped first.
+    Concurrent starts queue on a lock file."""
     from pipelines.store.database import take_lock
 
     files.folder.mkdir(parents=True, exist_ok=True)
     lock = take_lock(files.start_lock, wait_seconds, f"another `inorder spark start` is running for {files.folder}")
     try:
+        build = build or this_build()
         state = running_state(files)
-        if state is not None:
+        if state is not None and state.build == build:
             return state, False
-        files.state.unlink(missing_ok=True)  # a killed supervisor's
+        stop(files)  # of another build, or a killed supervisor's state file
+
         with open(files.log, "ab") as log:  # the supervisor keeps its own descriptor
             supervisor = subprocess.Popen(
-                [sys.executable, "-m", "pipelines.spark.server", str(files.folder), str(idle_timeout_seconds)],
+                [sys.executable, "-m", "pipelines.spark.server", str(files.folder), str(idle_timeout_seconds), build],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)  # no terminal's Ctrl-C or hang-up reaches it, and `stop` ends the group
         deadline = time.monotonic() + wait_seconds
@@ -343,7 +382,7 @@ def _say(message: str) -> None:
     print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] supervisor {os.getpid()}: {message}", flush=True)
 
 
-def serve(files: ServerFiles, idle_timeout_seconds: float, settings: Settings) -> int:
+def serve(files: ServerFiles, idle_timeout_seconds: float, build: str, settings: Settings) -> int:
     stopping: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda received, _frame: stopping.append(received))
@@ -359,7 +398,7 @@ def serve(files: ServerFiles, idle_timeout_seconds: float, settings: Settings) -
             time.sleep(0.1)
         _live_clients(files, jvm.pid)  # forget the clients of an earlier server
         files.mark_used()
-        state = ServerState(os.getpid(), jvm.pid, port, time.time(), idle_timeout_seconds, str(files.log))
+        state = ServerState(os.getpid(), jvm.pid, port, time.time(), idle_timeout_seconds, str(files.log), build)
         files.write_state(state)
         _say("accepting connections")
         while True:
@@ -403,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="the warm Spark server's supervisor (`inorder spark start` runs it)")
     p.add_argument("folder", type=Path)
     p.add_argument("idle_timeout_seconds", type=float)
+    p.add_argument("build", help="this_build() of the process that starts it")
     args = p.parse_args(argv)
-    return serve(ServerFiles(args.folder), args.idle_timeout_seconds, Settings.from_env())  # a process's edge
+    return serve(ServerFiles(args.folder), args.idle_timeout_seconds, args.build, Settings.from_env())  # an edge
 
 
 if __name__ == "__main__":

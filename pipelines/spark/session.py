@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from pipelines import faults
 from pipelines.config import Settings
-from pipelines.spark.server import ServerFiles, ServerState, register_client, running_state
+from pipelines.spark.server import ServerFiles, ServerState, running_state, server_for_run, this_build
 from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J
 from pipelines.store.versions import own_modules
 
@@ -91,13 +91,13 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     """Get (or reuse) the session. `master` is `local[*]`, `spark://host:port`, `yarn`, `k8s://…` or `sc://…`.
 
     Read from the home's settings (INORDER_SPARK_MASTER) when not given; when that is unset too, the home's
-    warm server if it is up, else `local[*]`. Settings: DEFAULT_CONF, then INORDER_SPARK_CONF, then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
+    warm server, started when none is up (INORDER_SPARK_WARM=0: `local[*]` then). Settings: DEFAULT_CONF, then INORDER_SPARK_CONF, then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
     DEFAULT_CONF, and CONNECT_SESSION_CONF; the server's own configuration decides the rest.
     """
     settings = home.settings if home is not None else Settings()
     master = master or settings.spark_master
     warm_files = None if master or home is None else ServerFiles.of(home.root)
-    warm = warm_files and register_client(warm_files)
+    warm = warm_files and server_for_run(warm_files, settings)
     master = master or (_code_version_session(warm, home, views) if warm else "local[*]")
     if master.startswith("sc://"):
         builder = SparkSession.builder.remote(master)
@@ -201,11 +201,17 @@ def starting_line(home: "Home") -> str | None:
     when it is given no master."""
     if SparkSession.getActiveSession() is not None:
         return None
-    master = home.settings.spark_master
-    if master:
-        return f"starting Spark ({master})…"
+    settings = home.settings
+    if settings.spark_master:
+        return f"starting Spark ({settings.spark_master})…"
     warm = running_state(ServerFiles.of(home.root))
-    return f"opening a session on the warm Spark server ({warm.endpoint})…" if warm else "starting Spark (local[*])…"
+    if warm is not None and warm.build == this_build():
+        return f"opening a session on the warm Spark server ({warm.endpoint})…"
+    if not settings.spark_warm:
+        return "starting Spark (local[*])…"
+    return (f"{'replacing the Spark server of another inorder or venv' if warm else 'starting a Spark server'} "
+            f"for this home; it stops after {settings.spark_idle_minutes:g} minutes idle (INORDER_SPARK_IDLE_MINUTES; "
+            "`inorder spark stop` stops it now)…")
 
 
 def mark_used(spark: SparkSession) -> None:

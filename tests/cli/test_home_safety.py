@@ -100,7 +100,7 @@ def test_the_ui_serves_an_exported_user_home_as_it_is(tmp_path):
     files = user_home(home)
     port = _free_port()
     env = {**environment(home, "views"), "PORT": str(port), "DAGSTER_HOME": str(tmp_path / "dagster"),
-           "INORDER_UI_WARM_SPARK": "0"}  # no warm Spark server: not what this test is about
+           "INORDER_SPARK_WARM": "0"}  # no warm Spark server: not what this test is about
     ui = subprocess.Popen(["bash", "scripts/ui.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

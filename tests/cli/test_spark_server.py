@@ -1,7 +1,9 @@
-"""`inorder spark start|stop|status`: a real warm Spark Connect server, real `inorder run` processes
-on homes of the shop's views. A run on the warm home uses the server and starts no JVM of its own,
-and gives the store a `local[*]` run of the same batches gives; a stopped server leaves no process,
-and runs fall back to `local[*]`; an idle server stops by itself."""
+"""The warm Spark server, real Spark Connect servers and real `inorder run` processes on homes of the shop's
+views. Warm by default: the first run of a home starts a server and says so, later runs reuse it; a server
+that died, or one of another build (venv or inorder version), is replaced, and a master that is set is used
+as it is. `inorder spark start|stop|status`: a run on the warm home starts no JVM of its own and gives the
+store a `local[*]` run of the same batches gives; a stopped server leaves no process, and with
+INORDER_SPARK_WARM=0 runs start `local[*]`; an idle server stops by itself."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from pipelines.spark.server import ServerFiles, process_alive, process_parents
+from pipelines.spark.server import ServerFiles, process_alive, process_parents, this_build
 from pipelines.store.database import Home
 from tests.domains import SHOP_VIEWS
 from tests.harness import assert_same_store, read_store
@@ -28,14 +30,16 @@ INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"
 
 
-def environment(home: Path) -> dict[str, str]:
+def environment(home: Path, **settings: str) -> dict[str, str]:
+    """A user's: no master set, warm by default (the test run's INORDER_SPARK_WARM=0 is left out), and `settings`."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("INORDER_", "DAGSTER_HOME")) or k == "INORDER_SPARK_CONF"}  # no master set
-    return {**env, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views"}
+           if not k.startswith(("INORDER_", "DAGSTER_HOME")) or k == "INORDER_SPARK_CONF"}
+    return {**env, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views", **settings}
 
 
-def inorder(home: Path, *args: str, code: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run([INORDER, *args], env=environment(home), capture_output=True, text=True, timeout=300)
+def inorder(home: Path, *args: str, code: int = 0, **settings: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([INORDER, *args], env=environment(home, **settings), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == code, done.stdout + done.stderr
     return done
 
@@ -64,10 +68,10 @@ def _daemons_serving(jvm_pid: int, client_pid: int) -> set[int]:
     return found
 
 
-def watched_run(home: Path, jvm_pid: int | None = None) -> tuple[bool, set[int]]:
+def watched_run(home: Path, jvm_pid: int | None = None, **settings: str) -> tuple[bool, set[int]]:
     """`inorder run` on `home`, watched while it runs: (did it start a JVM of its own, the warm
     server's Python daemons that served it)."""
-    process = subprocess.Popen([INORDER, "run", "--now", NOW, "--json"], env=environment(home),
+    process = subprocess.Popen([INORDER, "run", "--now", NOW, "--json"], env=environment(home, **settings),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     own_jvm, daemons = False, set()
     while process.poll() is None:
@@ -116,13 +120,13 @@ def homes(tmp_path_factory) -> Iterator[tuple[Path, Path]]:
 def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_stops(homes):
     warm, local = homes
     assert status(warm, code=3)["running"] is False
-    local_run = ThreadPoolExecutor(1).submit(watched_run, local)  # while the server starts
+    local_run = ThreadPoolExecutor(1).submit(watched_run, local, INORDER_SPARK_WARM="0")  # while the server starts
     started = inorder(warm, "spark", "start")
     endpoint = started.stdout.strip()
     assert endpoint.startswith("sc://127.0.0.1:")
     assert inorder(warm, "spark", "start").stdout.startswith(f"already running: {endpoint}")
     server = status(warm, code=0)
-    assert server["running"] and server["endpoint"] == endpoint and server["idle_timeout_seconds"] == 30 * 60
+    assert server["running"] and server["endpoint"] == endpoint and server["idle_timeout_seconds"] == 15 * 60
 
     own_jvm, daemons = watched_run(warm, server["jvm_pid"])
     assert not own_jvm, "a run with the warm server up started a JVM"
@@ -144,8 +148,9 @@ def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_sto
 
     inorder(warm, "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "100", "--streams",
             "5", "--batches", "1", "--seed", "6")
-    own_jvm, _ = watched_run(warm)
-    assert own_jvm, "with the server stopped, the run did not start Spark local[*]"
+    own_jvm, _ = watched_run(warm, INORDER_SPARK_WARM="0")
+    assert own_jvm, "with the server stopped and INORDER_SPARK_WARM=0, the run did not start Spark local[*]"
+    assert not (warm / "spark" / "server.json").exists()
 
 
 def test_an_idle_server_stops_by_itself(tmp_path):
@@ -160,3 +165,69 @@ def test_an_idle_server_stops_by_itself(tmp_path):
         inorder(home, "spark", "stop")
     assert status(home, code=3)["running"] is False
     assert "stopping: idle for" in (home / "spark" / "server.log").read_text()
+
+
+def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_or_of_another_build(tmp_path):
+    home, cold, other = tmp_path / "home", tmp_path / "cold", tmp_path / "other"
+    for h in (home, cold, other):
+        inorder(h, "init", str(h))
+    files = ServerFiles.of(home)
+
+    def land(seed: int) -> None:  # the same batch into the home and into the cold home it is compared with
+        for h in (home, cold):
+            inorder(h, "generate", "--domain", "shop", "--out", str(h / "landing"), "--events", "300", "--streams",
+                    "10", "--batches", "1", "--gaps", "0.05", "--poison", "0.02", "--seed", str(seed), "--prefix",
+                    f"b{seed}-")
+
+    def run(**settings: str) -> str:
+        return inorder(home, "run", "--now", NOW, **settings).stderr
+
+    land(1)
+    first = run()
+    assert "starting a Spark server for this home; it stops after 15 minutes idle" in first, first
+    server = files.read_state()
+    assert server is not None and server.build == this_build() and process_alive(server.jvm_pid)
+
+    land(2)
+    own_jvm, daemons = watched_run(home, server.jvm_pid)
+    assert not own_jvm and daemons, "the second run did not use the server the first one started"
+    assert files.read_state() == server
+
+    # a master that is set is used as it is: a run of another home on this server starts none for its own
+    inorder(other, "generate", "--domain", "shop", "--out", str(other / "landing"), "--events", "100",
+            "--streams", "5", "--batches", "1", "--seed", "9")
+    elsewhere = inorder(other, "run", "--now", NOW, INORDER_SPARK_MASTER=server.endpoint)
+    assert "starting a Spark server" not in elsewhere.stderr and not (other / "spark").exists()
+    assert files.read_state() == server
+
+    # the server died (its supervisor and JVM killed at once): the next run starts another
+    os.killpg(server.pid, 9)
+    assert gone(server.pid, server.jvm_pid)
+    land(3)
+    assert "starting a Spark server for this home" in run()
+    replacement = files.read_state()
+    assert replacement is not None and replacement.pid != server.pid
+    inorder(home, "spark", "stop")
+
+    # a server of another build (another venv or inorder version) is replaced, never used
+    subprocess.run([sys.executable, "-c", "import sys, pathlib; from pipelines.spark.server import ServerFiles, start; "
+                    "start(ServerFiles.of(pathlib.Path(sys.argv[1])), 900, build='/another/venv/bin/python 0123456789abcdef')",
+                    str(home)], check=True, env=environment(home), timeout=300)
+    foreign = files.read_state()
+    assert foreign is not None and foreign.build != this_build()
+    land(4)
+    said = run(INORDER_SPARK_IDLE_MINUTES="0.25")
+    newest = files.read_state()
+    assert "replacing the Spark server of another inorder or venv for this home" in said, said
+    assert gone(foreign.pid, foreign.jvm_pid)
+    assert newest is not None and newest.build == this_build() and newest.idle_timeout_seconds == pytest.approx(15)
+    assert gone(newest.pid, newest.jvm_pid, within=75), "a server started with 15 s of idle time is still up"
+
+    # every batch once, whatever served it: the views one cold local[*] run of the same batches gives (the engine's
+    # tables keep how the batches were split into passes)
+    inorder(cold, "run", "--now", NOW, INORDER_SPARK_WARM="0")
+    tables = {t.name for v in SHOP_VIEWS for t in v.tables}
+    warm_views, cold_views = ({name: rows for name, rows in read_store(Home(h), SHOP_VIEWS).items() if name in tables}
+                              for h in (home, cold))
+    assert warm_views.keys() == tables
+    assert_same_store(warm_views, cold_views)

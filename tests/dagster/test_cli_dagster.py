@@ -32,6 +32,7 @@ def _cli_home(monkeypatch, home, views: str):
         monkeypatch.delenv(name)
     monkeypatch.setenv("INORDER_HOME", str(home))
     monkeypatch.setenv("INORDER_VIEWS", views)
+    monkeypatch.setenv("INORDER_SPARK_WARM", "0")  # this process may hold the classic `spark` session: no Connect one
     assert main(["init", str(home)]) == 0
     return home
 
@@ -206,7 +207,8 @@ def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
     from tests.cli.test_cli_scripting import INORDER, environment
 
     home, mark = tmp_path / "home", f"inorder-ctrl-c-{uuid.uuid4().hex}"
-    env = {**environment(home), "INORDER_VIEWS": "views", "INORDER_TEST_MARK": mark}
+    env = {**environment(home), "INORDER_VIEWS": "views", "INORDER_TEST_MARK": mark,
+           "INORDER_SPARK_WARM": "0"}  # a JVM of the run's own (a warm server is not the run's to end)
     subprocess.run([INORDER, "init", str(home)], env=env, check=True, capture_output=True)
     _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
     run = subprocess.Popen([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, stderr=subprocess.PIPE,
