@@ -49,7 +49,8 @@ def refusal(home, views, adding=()) -> str:
 
 
 def test_views_of_the_store_some_or_all_or_added_explicitly_open_it(home):
-    for views, adding in (([RIDES], ()), ([FARES, RIDES], ()), ([*HOLDING, loaded("tolls", ("tolls",), "t")], ["tolls"])):
+    tolls = loaded("tolls", ("tolls",), "toll_views")
+    for views, adding in (([RIDES], ()), ([FARES, RIDES], ()), ([*HOLDING, tolls], ["tolls"])):
         Store.open(home, views, adding).close()
     assert list(stored_views(duckdb.connect(str(home.database), read_only=True))) == ["fares", "rides", "tolls"]
 
