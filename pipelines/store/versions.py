@@ -380,8 +380,9 @@ def _load_the_stored_views(stored: dict[str, StoredView], views: Sequence[View])
         return "set INORDER_VIEWS to the modules of the store's views"
     if set(modules) <= {v.module for v in views}:
         them = "it" if len(stored) == 1 else "them"
-        return (f"{', '.join(modules)} no longer declare{'s' if len(modules) == 1 else ''} {', '.join(stored)}: "
-                f"declare {them} again, or take {them} out of the store with `inorder remove-view "
+        one = len(modules) == 1  # "the module …" first: `_or_else` would capitalise a module name
+        return (f"the module{'' if one else 's'} {', '.join(modules)} no longer declare{'s' if one else ''} "
+                f"{', '.join(stored)}: declare {them} again, or take {them} out of the store with `inorder remove-view "
                 f"{next(iter(stored)) if len(stored) == 1 else 'VIEW'}`")
     return f"set INORDER_VIEWS={','.join(modules)}, the module{'s' if len(modules) > 1 else ''} of the store's views"
 

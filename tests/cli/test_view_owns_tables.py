@@ -132,9 +132,9 @@ def test_a_renamed_view_is_renamed_in_the_store_with_no_replay_and_ends_as_a_sin
     assert refused.stderr.splitlines()[-1] == (
         "inorder: refused: the store holds the views rides, but INORDER_VIEWS loaded ride_trips: none of them is in "
         "the store. If ride_trips is rides renamed (it declares the same tables), `inorder rename-view rides "
-        "ride_trips` renames it in the store, with no replay; else ride_views no longer declares rides: declare it "
-        "again, or take it out of the store with `inorder remove-view rides` (or point INORDER_HOME at the right "
-        "home); nothing was written")
+        "ride_trips` renames it in the store, with no replay; else the module ride_views no longer declares rides: "
+        "declare it again, or take it out of the store with `inorder remove-view rides` (or point INORDER_HOME at the "
+        "right home); nothing was written")
 
     renamed = inorder(home, views, "rename-view", "rides", "ride_trips")
     assert renamed.returncode == 0, renamed.stderr

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pipelines.config import Settings
-from pipelines.serve.publish import Publisher, ServeTarget, committed_positions, pg_type
+from pipelines.serve.publish import Publisher, Publishing, ServeTarget, committed_positions, pg_type, read_positions
 from pipelines.facade import rebuild, run
 from pipelines.store.database import Home, Store
 from demos.shop import GeneratorConfig, generate
@@ -259,3 +259,98 @@ def test_postgres_types_hold_every_value_exactly(spark, tmp_path, target):
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
             "AND attnum > 0", [f"{target.schema}.{HELPDESK.tables[0].name}"]).fetchall())
     assert columns == {c: pg_type(t) for c, t in HELPDESK.tables[0].columns.items()}
+
+
+CUSTOMERS = [v for v in SHOP_VIEWS if v.name == "customers"]
+
+
+def ledger(con, view: str, entry_idx: int) -> None:
+    """A view's ledger row for entry `entry_idx` (batch `b<entry_idx>`), as a commit writes it."""
+    con.execute("INSERT INTO inorder.batches (batch_id, view, entry_idx, kind, received_at) "
+                "VALUES (?, ?, ?, 'batch', ?)", [f"b{entry_idx}", view, entry_idx, T0])
+
+
+def customer(con, customer_id: str, version: int, entry_idx: int) -> None:
+    """The customer's row at `version`, written by entry `entry_idx` (its stream's watermark moved there)."""
+    con.execute("DELETE FROM customers WHERE customer_id = ?", [customer_id])
+    con.execute("INSERT INTO customers (customer_id, name, version) VALUES (?, 'ada', ?)", [customer_id, version])
+    con.execute("DELETE FROM inorder.watermarks WHERE view = 'customers' AND stream_id = ?", [customer_id])
+    con.execute("INSERT INTO inorder.watermarks (view, stream_id, last_seq, updated_entry) "
+                "VALUES ('customers', ?, ?, ?)", [customer_id, version, entry_idx])
+
+
+def test_positions_count_the_entries_each_view_is_behind_and_read_positions_says_the_same(tmp_path, target):
+    """No Spark: ledger rows as commits write them. A view with no entry is current; one never published is behind by
+    all its entries; after a publication, by the entries committed since."""
+    views = [v for v in SHOP_VIEWS if v.name in ("orders", "customers", "order_items")]
+    settings = Settings(serve_postgres=target.dsn, serve_schema=target.schema)
+    with Store.open(serving(tmp_path / "home", target).ensure(), views) as store, Publisher(target) as publisher:
+        con = store.con
+        for view, entry_idx in (("orders", 1), ("customers", 1), ("orders", 2), ("orders", 3), ("customers", 2)):
+            ledger(con, view, entry_idx)
+        positions = [(p.view, p.committed, p.published, p.behind) for p in publisher.positions(con, views)]
+        assert positions == [("customers", 2, None, 2), ("order_items", None, None, 0), ("orders", 3, None, 3)]
+        assert [p.view for p in publisher.positions(con, views[::-1])] == ["orders", "order_items", "customers"]
+        assert [(p.view, p.entry_idx, p.batch_id, p.mode) for p in publisher.publish(con, views)] == [
+            ("customers", 2, "b2", "full"), ("orders", 3, "b3", "full")]  # order_items has no entry: not published
+        assert publisher.published() == {"customers": 2, "orders": 3}
+        for entry_idx in (4, 6):
+            ledger(con, "orders", entry_idx)
+        read = read_positions(con, views, settings)
+        assert (read.configured, read.error) == (True, None)
+        assert [(p.view, p.committed, p.published, p.behind) for p in read.entries] == [
+            ("customers", 2, 2, 0), ("order_items", None, None, 0), ("orders", 6, 3, 2)]
+        assert [p.view for p in read.behind] == ["orders"]
+        (items,) = [p for p in publisher.publish(con, views, full=True) if p.view == "order_items"]
+        assert (items.entry_idx, items.batch_id, items.mode, items.rows) == (0, "", "full", 0)  # empty, published
+
+
+def test_a_publication_is_full_then_nothing_when_current_then_a_catch_up_of_the_streams_that_moved(tmp_path, target):
+    """No Spark: the customers table and its watermarks written as commits write them. The first publication is
+    full; a view PostgreSQL holds at DuckDB's entry is left alone; a later one carries the rows of the streams whose
+    watermark moved after the published entry, and only those; PostgreSQL ahead of DuckDB (a store made again)
+    gets the view in full."""
+    with Store.open(serving(tmp_path / "home", target).ensure(), CUSTOMERS) as store, Publisher(target) as publisher:
+        con = store.con
+        for customer_id in ("c1", "c2", "c3"):
+            customer(con, customer_id, 1, 1)
+        ledger(con, "customers", 1)
+        (full,) = publisher.publish(con, CUSTOMERS)
+        assert (full.mode, full.rows, full.entry_idx) == ("full", 3, 1)
+        assert publisher.publish(con, CUSTOMERS) == []
+        customer(con, "c2", 2, 2)
+        ledger(con, "customers", 2)
+        (catch_up,) = publisher.publish(con, CUSTOMERS)
+        assert (catch_up.mode, catch_up.rows, catch_up.entry_idx, catch_up.batch_id) == ("catch-up", 1, 2, "b2")
+        assert [(r[0], r[-1]) for r in pg_tables(target, CUSTOMERS)["customers"]] == [("c1", 1), ("c2", 2), ("c3", 1)]
+        con.execute("DELETE FROM inorder.batches WHERE entry_idx = 2")
+        (ahead,) = publisher.publish(con, CUSTOMERS)
+        assert (ahead.mode, ahead.rows, ahead.entry_idx) == ("full", 3, 1)
+        (forced,) = publisher.publish(con, CUSTOMERS, full=True)
+        assert (forced.mode, forced.entry_idx) == ("full", 1)
+
+
+def test_publishing_says_each_publication_and_a_table_that_does_not_match_once_while_the_others_go_on(
+        tmp_path, target):
+    views = [v for v in SHOP_VIEWS if v.name in ("orders", "customers")]
+    with psycopg.connect(target.dsn, autocommit=True) as pg:  # an orders table of someone else's
+        pg.execute(f'CREATE SCHEMA "{target.schema}"')
+        pg.execute(f"CREATE TABLE {target.qualified('orders')} (order_id text PRIMARY KEY)")
+    said: list[str] = []
+    publishing = Publishing(said.append, target)
+    with Store.open(serving(tmp_path / "home", target).ensure(), views) as store:
+        for entry_idx in (1, 2):
+            for view in ("orders", "customers"):
+                ledger(store.con, view, entry_idx)
+            publishing.publish(store.con, views)
+    refusal = (f"publishing to PostgreSQL failed: PostgreSQL table {target.schema}.orders does not match view orders's "
+               "declaration: run `inorder publish --full orders` to replace it; DuckDB is committed, and the next run "
+               "or `inorder publish` catches up")
+    assert [re.sub(r"\d+\.\d\ds", "Ns", line) for line in said] == [
+        "published customers to entry 1 (full, 0 rows, Ns)", refusal,
+        "published customers to entry 2 (catch-up, 0 rows, Ns)"]
+    assert publishing.active and publishing.error == refusal[len("publishing to PostgreSQL failed: "):
+                                                             refusal.index("; DuckDB is committed")]
+    assert [(p.view, p.entry_idx) for p in publishing.publications] == [("customers", 1), ("customers", 2)]
+    assert pg_published(target) == {"customers": 2}
+    publishing.close()

@@ -291,3 +291,28 @@ def test_the_test_kit_logs_a_message_rewritten_after_it_was_applied():
     assert [(e["kind"], e["seq"], e["reason"]) for e in result.errors] == [
         ("conflict", 2, "seq 2 differs from the copy walked at that seq (batch b1, line 2)")]
     assert (result.counts["conflict"], result.counts.get("duplicate", 0)) == (1, 0)
+
+
+@pytest.mark.parametrize("entries_per_pass", [1, 2])
+@pytest.mark.parametrize("resent_amount, outcome", [(500, "duplicate"), (50, "conflict")])
+def test_a_skipped_parked_message_resent_is_a_duplicate_or_a_conflict_of_the_dropped_copy(
+        entries_per_pass, resent_amount, outcome):
+    """DESIGN §2.3: a message an operator's `skip` dropped was walked (its outcome the handler_error it was). Seq 3
+    parks the stream (refused), is skipped, and is resent, in the skip's pass (two entries a pass) or a later one:
+    identical, a duplicate; with another amount, a conflict naming the dropped copy. Seq 2, walked before it and
+    resent beside it unchanged, stays a duplicate."""
+    view = dataclasses.replace(COUNTS, on_error="park")
+    entries = [batch(1, 0, opened("a"), dep("a", 2, 5), wd("a", 3, 500), dep("a", 4, 1)),
+               Entry("skip", "", T0 + 10, target_view="counts", target_stream="a"),
+               batch(2, 20, dep("a", 2, 5), wd("a", 3, resent_amount))]
+    replayed = assert_replay_equals_model([view], entries, entries_per_pass=entries_per_pass)
+    b2 = next(row for row in replayed.batches if row["batch_id"] == "b2")
+    assert (b2["selected"], b2["duplicate"], b2["conflict"], b2["applied"], b2["handler_error"]) == (
+        2, 2 if outcome == "duplicate" else 1, 1 if outcome == "conflict" else 0, 0, 0)
+    refused = [(e["kind"], e["seq"], e["batch_id"]) for e in replayed.errors if e["kind"] == "handler_error"]
+    assert refused == [("handler_error", 3, "b1")]
+    conflicts = [(e["seq"], e["batch_id"], e["line"], e["reason"]) for e in replayed.errors if e["kind"] == "conflict"]
+    assert conflicts == ([(3, "b2", 2, "seq 3 differs from the copy walked at that seq (batch b1, line 3)")]
+                         if outcome == "conflict" else [])
+    (watermark,) = replayed.watermarks
+    assert (watermark["last_seq"], watermark["parked"], watermark["pending_count"]) == (4, False, 0)
