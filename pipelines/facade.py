@@ -8,6 +8,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Sequence
 
 from pyspark.sql import SparkSession
@@ -237,31 +238,30 @@ def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | N
 def ingest_batches(home: Home, views: Sequence[View], batch_ids: Sequence[str], now: datetime | None = None,
                    progress: Progress = _quiet) -> list[IngestResult]:
     """The ingest step: the landing file(s) of each batch id (a file's stem, a clashing file's whole name, or
-    a changed file's `name@hash`), in order, each at logical time `now`, on one open of the store.
+    a changed file's `name@hash`), in order, at logical time `now`, on one open of the store (the files
+    inspected in parallel when they are large: pipelines/engine/ingest.py `ingest_landing`).
 
     Idempotent: a batch already registered is returned as it was. Another file that claims the
     same batch id is set aside as a rejected batch on the way, never ignored. When a changed file's
     new content turns out to be recorded already (touched, or changed back), its newest entry is returned."""
     if not batch_ids:
         return []
-    results = []
     with Store.open(home, views) as store:
         source = home_source(home)
-        for i, batch_id in enumerate(batch_ids, start=1):
-            results.append(result := _ingest_batch(store, home, source, batch_id, now))
-            progress(f"ingest {i}/{len(batch_ids)} {batch_id}: {result.status}, {result.records} records, "
-                     f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
-    return results
+        paths = {batch_id: files_for_batch(home, source, batch_id) for batch_id in batch_ids}
+        known = {r[0] for r in store.con.execute("SELECT batch_id FROM inorder.ingest_log WHERE kind = 'batch' "
+                                                 "AND list_contains(?, batch_id)", [list(batch_ids)]).fetchall()}
+        for batch_id in batch_ids:
+            if batch_id not in known and not paths[batch_id]:
+                raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
+        landing = [path for batch_id in batch_ids for path in paths[batch_id]]
+        if new_landing_files(store, home, source, only=landing):
+            ingest_landing(store, home, source, _logical_now(store, now), progress, only=landing)
+        return [_ingested(store, home, batch_id, paths[batch_id], batch_id in known) for batch_id in batch_ids]
 
 
-def _ingest_batch(store: Store, home: Home, source: Source, batch_id: str, now: datetime | None) -> IngestResult:
-    paths = files_for_batch(home, source, batch_id)
-    already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ? AND kind = 'batch'",
-                                [batch_id]).fetchone()[0] > 0  # a tick's id is never a batch's
-    if not already and not paths:
-        raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
-    if new_landing_files(store, home, source, only=paths):
-        ingest_landing(store, home, source, _logical_now(store, now), only=paths)
+def _ingested(store: Store, home: Home, batch_id: str, paths: list[Path], already: bool) -> IngestResult:
+    """The newest entry of the batch (a tick's id is never a batch's)."""
     entry_idx, batch_id, status, records, malformed, size, reason, types = store.con.execute(
         "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason, stream_types "
         "FROM inorder.ingest_log WHERE kind = 'batch' AND reingest_of IS NULL "
