@@ -13,17 +13,17 @@ import pyarrow.parquet as pq
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
 from assets.partitions import BATCHES
+from assets.results import result_metadata
 from assets.tags import CLI_HOME_TAG, STORE_POOL, run_time
 from pipelines.faults import crash_point
 from pipelines.engine.ingest import IngestResult, archive_path
-from pipelines.facade import ingest_batch
+from pipelines.facade import ingest_batches
 from pipelines.engine.routing import unrouted
 from pipelines.observe import checks
 from pipelines.store.database import Home
 from pipelines.view import View
 from resources import HomeResource
 
-REJECTED_BATCHES = "rejected_batches"  # the Failure's metadata: each rejected batch's own metadata (JSON)
 FILE_NOT_REJECTED = dg.AssetCheckKey(dg.AssetKey("event_batches"), checks.FILE_CHECK)  # one verdict per partition
 
 
@@ -99,22 +99,20 @@ def event_batches_asset(views: Sequence[View]) -> dg.AssetsDefinition:
 def _ingest(context: dg.AssetExecutionContext, home: Home, views: Sequence[View]) -> Iterator:
     """Each batch archived or rejected, then materialised (archived) and given its verdict. A generator, so
     that the materialisations are stored before the verdicts that target them."""
-    archived, rejected = {}, {}
+    archived, rejected, results = {}, {}, {}
     keys = context.partition_keys  # in the order the partitions were added: file-name order per set
-    for i, key in enumerate(keys, start=1):
-        result = ingest_batch(home, views, key, run_time(context))
+    for key, result in zip(keys, ingest_batches(home, views, keys, run_time(context), context.log.info)):
         (rejected if result.status == "rejected" else archived)[key] = batch_metadata(home, views, result)
-        context.log.info(f"ingest {i}/{len(keys)} {key}: {result.status}, {result.records} records, "
-                         f"{result.malformed} malformed" + (f" ({result.reason})" if result.reason else ""))
+        results[key] = result_metadata(result)
     crash_point("dagster.ingested")  # every batch of the run archived or rejected, none projected yet
     next_step = rejection_next_step(list(archived), by_cli=CLI_HOME_TAG in context.run.tags)
     if not rejected:
         for key, metadata in archived.items():
-            context.add_asset_metadata(metadata, partition_key=key)
+            context.add_asset_metadata({**metadata, **results[key]}, partition_key=key)
         yield dg.Output(None)  # one materialisation per partition of the run
         yield from _verdicts(context, keys, archived, next_step)
         return
-    yield from _fail_rejected(context, archived, rejected, next_step)
+    yield from _fail_rejected(context, archived, rejected, results, next_step)
 
 
 def _verdicts(context: dg.AssetExecutionContext, keys: Sequence[str], metadata: dict,
@@ -131,18 +129,16 @@ def _verdicts(context: dg.AssetExecutionContext, keys: Sequence[str], metadata: 
         yield file_verdict(key, metadata[key], next_step, targets.get(key))
 
 
-def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict, next_step: str) -> Iterator:
+def _fail_rejected(context: dg.AssetExecutionContext, archived: dict, rejected: dict, results: dict,
+                   next_step: str) -> Iterator:
     """A rejected file fails its partition, never shows as a green batch: the step fails, and only the
     batches it archived are materialised (the failure marks the others of the run failed); the
     partition keeps its reason in its `file_not_rejected` verdict and as an observation (the asset's events)."""
     for key, metadata in archived.items():
-        yield dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata)
+        yield dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata={**metadata, **results[key]})
     for key, metadata in rejected.items():
-        yield dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata=metadata)
+        yield dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata={**metadata, **results[key]})
     yield from _verdicts(context, context.partition_keys, {**archived, **rejected}, next_step)
     reasons = "; ".join(f"batch {key} was rejected: {m['rejected_reason'].value}" for key, m in rejected.items())
-    raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False, metadata={
-        REJECTED_BATCHES: dg.MetadataValue.json({key: {name: value.value for name, value in m.items()}
-                                                 for key, m in rejected.items()}),
-        **(next(iter(rejected.values())) if len(rejected) == 1 else {}),
-    })
+    raise dg.Failure(description=f"{reasons.rstrip('.')}. {next_step}", allow_retries=False,
+                     metadata=next(iter(rejected.values())) if len(rejected) == 1 else {})

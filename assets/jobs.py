@@ -1,22 +1,25 @@
-"""Jobs: ingest batches, project (or tick), rebuild views, retry or skip parked streams, and publish to
-PostgreSQL. Every job writes the store, so every one carries STORE_TAGS."""
+"""Jobs: ingest batches, project (or tick), rebuild views, retry or skip parked streams, publish to
+PostgreSQL, re-ingest batches, and remove a view. Every job writes the store, so every one carries STORE_TAGS."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import dagster as dg
+# not exported by dagster 1.13: what define_asset_job returns
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from pydantic import Field
 
 from assets.ingest import FILE_NOT_REJECTED
-from assets.tags import STORE_TAGS
+from assets.results import result_metadata
+from assets.tags import STORE_POOL, STORE_TAGS
 from assets.targets import INGEST_AND_PROJECT, PROJECT
-from assets.views import PUBLISH, REBUILD_CONFIG, action_config
+from assets.views import PUBLISH, REBUILD_CONFIG, REINGEST, action_config
+from pipelines.store.versions import remove_view
 from pipelines.view import View
-
-if TYPE_CHECKING:  # what define_asset_job returns (Dagster does not export its name)
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from resources import HomeResource
 
 REBUILD, RETRY, SKIP, PUBLISH_JOB = "rebuild_view", "retry_streams", "skip_streams", "publish_views"
+REINGEST_JOB, REMOVE_VIEW = "reingest_batches", "remove_view"
+OPERATOR_JOBS = (RETRY, SKIP, PUBLISH_JOB, REINGEST_JOB, REMOVE_VIEW)  # an operator's command, next to runs
 
 
 class Jobs(NamedTuple):
@@ -27,6 +30,8 @@ class Jobs(NamedTuple):
     retry: UnresolvedAssetJobDefinition
     skip: UnresolvedAssetJobDefinition
     publish: UnresolvedAssetJobDefinition
+    reingest: UnresolvedAssetJobDefinition
+    remove_view: dg.JobDefinition
 
 
 def build_jobs(views: Sequence[View], event_batches: dg.AssetsDefinition, projections: dg.AssetsDefinition) -> Jobs:
@@ -65,4 +70,25 @@ def build_jobs(views: Sequence[View], event_batches: dg.AssetsDefinition, projec
         on_views(PUBLISH_JOB, action_config(PUBLISH), "`inorder publish`: bring the selected views' PostgreSQL "
                                                       "side to DuckDB's newest commit (config `full`: replace that "
                                                       "view's tables), then run their checks"),
+        on_views(REINGEST_JOB, action_config(REINGEST), "`inorder reingest`: inspect archived batches (config "
+                                                         "`batches`) again with today's source.json, then project "
+                                                         "every view and run their checks"),
+        remove_view_job,
     )
+
+
+class RemoveViewConfig(dg.Config):
+    view: str = Field(description="a view the store holds")
+
+
+@dg.op(pool=STORE_POOL)
+def drop_view(context: dg.OpExecutionContext, config: RemoveViewConfig, home: HomeResource) -> None:
+    """Take the view out of the store: its tables and engine rows, in one transaction (the archive stays)."""
+    with home.open_writer(()) as store:  # no views: none is recorded or checked on the way
+        context.add_output_metadata(result_metadata(remove_view(store.con, config.view, confirmed=True)))
+
+
+@dg.job(name=REMOVE_VIEW, tags=STORE_TAGS, description=drop_view.__doc__)
+def remove_view_job() -> None:
+    """`inorder remove-view VIEW --yes`: a job of its own, for the view may be one no view set loads any more."""
+    drop_view()

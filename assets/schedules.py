@@ -20,7 +20,7 @@ def tick_schedule(views: Sequence[View], project_job) -> dg.ScheduleDefinition:
     """The schedule that ticks `project_job` for these views."""
     @dg.schedule(job=project_job, cron_schedule="*/5 * * * *", name="tick_schedule",
                  default_status=dg.DefaultScheduleStatus.RUNNING,
-                 description="Every 5 minutes: a tick, only when a gap timer is due (it projects just those views) "
+                 description="Every 5 minutes: a tick, only when a gap timer is due (it materialises just the views it walks) "
                              "or when no entry was recorded for longer than the tick interval (it walks nothing, "
                              "so it materialises nothing)")
     def _tick(context: dg.ScheduleEvaluationContext, home: HomeResource) -> dg.RunRequest | dg.SkipReason:

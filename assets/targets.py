@@ -12,12 +12,6 @@ INGEST_AND_PROJECT, PROJECT = "ingest_and_project", "project_views"
 LOG_KEYS = [dg.AssetKey("errors"), dg.AssetKey("gaps")]
 
 
-def tick_selection(due_views: list[str]) -> list[dg.AssetKey]:
-    """What a tick materialises: the views with a gap timer due, and the logs (the tick schedule and
-    `inorder run` both ask this); with none due, the logs alone, which a tick that walks nothing skips."""
-    return [dg.AssetKey(v) for v in due_views] + LOG_KEYS
-
-
 class RunTarget(NamedTuple):
     """The Dagster run a plan becomes."""
 
@@ -29,9 +23,9 @@ class RunTarget(NamedTuple):
 
 def run_target(plan: RunPlan, known_partitions: Sequence[str]) -> RunTarget:
     """New batches: one run that ingests them (a range of partitions, from the first to the last in the
-    order they were added) and projects every view. Else a projection run: a tick's selects the views
-    with a timer due (and the logs); otherwise every view (it finishes what an interrupted run
-    archived, and catches PostgreSQL up)."""
+    order they were added) and projects every view. Else a projection run: a tick's selects the views it
+    projects and the logs, and materialises those it walked (none when no timer was due); otherwise every
+    view (it finishes what an interrupted run archived, and catches PostgreSQL up)."""
     if plan.batches:
         known = set(known_partitions)
         new = [b for b in plan.batches if b not in known]
@@ -39,5 +33,5 @@ def run_target(plan: RunPlan, known_partitions: Sequence[str]) -> RunTarget:
         ranked = sorted(plan.batches, key=order.__getitem__)
         return RunTarget(INGEST_AND_PROJECT, {RANGE_START_TAG: ranked[0], RANGE_END_TAG: ranked[-1]}, None, new)
     if plan.tick:
-        return RunTarget(PROJECT, {TICK_TAG: "true"}, tick_selection(list(plan.due_views)), [])
+        return RunTarget(PROJECT, {TICK_TAG: "true"}, [dg.AssetKey(v) for v in plan.projected] + LOG_KEYS, [])
     return RunTarget(PROJECT, {TICK_TAG: "false"}, None, [])

@@ -11,10 +11,12 @@ import dagster as dg
 from pydantic import Field
 
 from assets.logs import LOG_METADATA, log_specs
+from assets.results import result_metadata
 from assets.tags import STORE_POOL, TICK_TAG, run_time
 from pipelines.observe.health import last_run_counts, view_lag
 from pipelines.serve.publish import Positions, Publication, read_positions
-from pipelines.facade import ProjectionStats, operator_action, project_views, publish, rebuild
+from pipelines.facade import (ProjectionStats, Reingested, operator_action, project_views, publish, rebuild,
+                              reingest_batches)
 from pipelines.observe.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
 from pipelines.store.database import Home, Store
@@ -135,6 +137,7 @@ def publish_metadata(publication: Publication) -> dict:
 
 OPERATOR_ACTIONS = ("retry", "skip")  # of parked streams (`inorder retry`, `inorder skip`)
 PUBLISH = "publish"  # to PostgreSQL (`inorder publish`)
+REINGEST = "reingest"  # archived batches inspected again, then every view projected (`inorder reingest`)
 
 
 class ProjectionConfig(dg.Config):
@@ -142,11 +145,13 @@ class ProjectionConfig(dg.Config):
     """Rebuild the selected views from the archive (beside the live ones, swapped in at once) instead
     of projecting what is new: after a change to a view's tables or handlers."""
     action: str = Field(default="", description="'retry' or 'skip' the parked streams of the one view selected, "
-                                                "or 'publish' the selected views to PostgreSQL; '' projects")
+                                                "'publish' the selected views to PostgreSQL, or 'reingest' "
+                                                "`batches` and project every view; '' projects")
     streams: Optional[list[str]] = Field(default=None, description="retry or skip: these parked streams "
                                                                    "(default: every parked stream of the view)")
     full: Optional[str] = Field(default=None, description="publish: replace this view's PostgreSQL tables with "
                                                           "DuckDB's, in one transaction")
+    batches: list[str] = Field(default_factory=list, description="reingest: these archived batches")
 
 
 REFUSED = "refused"  # the metadata key of a refused view's observation
@@ -166,26 +171,29 @@ def projections_asset(views: Sequence[View]) -> dg.AssetsDefinition:
                     home: HomeResource) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         """Project every archived batch not yet committed for the selected views, in ingest order.
 
-        A tick materialises only the views whose streams it walked (the tick schedule and `inorder run`
-        select just the views with a gap timer due), so a tick with nothing due materialises nothing and
-        the views' checks, the Great Expectations suites among them, do not run on every tick. The
+        A tick materialises only the views whose streams it walked (those with a gap timer due), so a
+        tick with nothing due materialises nothing and the views' checks, the Great Expectations suites
+        among them, do not run on every tick. The
         `errors` and `gaps` logs are materialised when selected, unless a tick walked nothing.
 
         A view whose stored tables are not its declared ones is not projected: the step logs why and
         records an observation of it (the other views go on, and their checks run); the step fails when
         it had nothing else to do.
 
-        With `action`, it retries or skips the parked streams of the one view selected, or publishes the
-        selected views to PostgreSQL, and materialises the views it wrote, so their checks follow."""
+        With `action`, it retries or skips the parked streams of the one view selected, publishes the
+        selected views to PostgreSQL, or re-ingests archived batches and projects every view, and
+        materialises the views it wrote, so their checks follow. Each materialisation carries the step's
+        typed result (assets/results.py)."""
         selected = [v for v in views if dg.AssetKey(v.name) in context.selected_asset_keys]
         if config.action in OPERATOR_ACTIONS:
             yield from _operator(context, config, spark, home.home(), views, selected)
         elif config.action == PUBLISH:
             yield from _publish(config, home.home(), selected)
-        elif config.action:
-            raise dg.Failure(description=f"unknown action {config.action!r}: give retry, skip, publish or none")
-        else:
+        elif config.action in ("", REINGEST):
             yield from _project(context, config, spark, home.home(), views, selected)
+        else:
+            raise dg.Failure(description=f"unknown action {config.action!r}: give retry, skip, publish, reingest "
+                                         "or none")
 
     return projections
 
@@ -193,13 +201,8 @@ def projections_asset(views: Sequence[View]) -> dg.AssetsDefinition:
 def _project(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource, home: Home,
              views: Sequence[View], selected: list[View]) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     tick = context.run.tags.get(TICK_TAG) == "true" and not config.rebuild
-    if config.rebuild:
-        stats = ProjectionStats()
-        for view in selected:
-            stats.merge(rebuild(spark.session, home, views, view, progress=context.log.info))
-    else:
-        stats = project_views(spark.session, home, views, selected, tick=tick, now=run_time(context),
-                              progress=context.log.info)
+    result = _projected(context, config, spark, home, views, selected, tick)
+    stats = result.projection if isinstance(result, Reingested) else result
     context.log.info(f"{plural(stats.entries, 'entry', 'entries')} (batches and ticks of the ingest log) in "
                      f"{plural(stats.passes, 'Spark pass', 'Spark passes')}, {plural(stats.handler_calls, 'handler call')}, "
                      f"Spark {stats.spark_seconds:.1f}s, commit {stats.commit_seconds:.1f}s")
@@ -218,13 +221,27 @@ def _project(context: dg.AssetExecutionContext, config: ProjectionConfig, spark:
                 metadata={**view_metadata(store, home, view, stats.by_view.get(view.name, {}),
                                           stats.streams_touched.get(view.name, 0)),
                           **timing_metadata(stats), **publication_metadata(positions, view.name, stats.publish_error),
-                          **(rebuild_metadata(stats) if view.name in stats.rebuilt else {})})
+                          **(rebuild_metadata(stats) if view.name in stats.rebuilt else {}), **result_metadata(result)})
         for key, metadata in LOG_METADATA.items():
             if dg.AssetKey(key) in context.selected_asset_keys and not (tick and not stats.streams_touched):
                 yield dg.MaterializeResult(asset_key=key, metadata=metadata(store))
     if stats.refused and all(v.name in stats.refused for v in selected):
         raise dg.Failure(description="; ".join(stats.refused.values()),
                          metadata={REFUSED: dg.MetadataValue.json(stats.refused)})
+
+
+def _projected(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource, home: Home,
+               views: Sequence[View], selected: list[View], tick: bool) -> ProjectionStats | Reingested:
+    """The selected views rebuilt, or every view projected after a re-ingest, or the selected views projected."""
+    if config.rebuild:
+        stats = ProjectionStats()
+        for view in selected:
+            stats.merge(rebuild(spark.session, home, views, view, progress=context.log.info))
+        return stats
+    if config.action == REINGEST:
+        return reingest_batches(spark.session, home, views, config.batches, run_time(context), context.log.info)
+    return project_views(spark.session, home, views, selected, tick=tick, now=run_time(context),
+                         progress=context.log.info)
 
 
 def _operator(context: dg.AssetExecutionContext, config: ProjectionConfig, spark: SparkResource, home: Home,
@@ -259,4 +276,4 @@ def _publish(config: ProjectionConfig, home: Home, selected: list[View]) -> Iter
         for publication, view in zip(done, published):
             yield dg.MaterializeResult(asset_key=view.name, metadata={
                 **view_metadata(store, home, view, {}, 0), **publication_metadata(positions, view.name, None),
-                **publish_metadata(publication)})
+                **publish_metadata(publication), **result_metadata(publication)})

@@ -277,7 +277,7 @@ def run(spark: SparkSession, home: Home, work: Path, sampler: RssSampler, view: 
 
 def main(argv: list[str] | None = None) -> int:
     from bench import bulk, data
-    from pipelines.facade import ingest_batch
+    from pipelines.facade import ingest_batches
 
     root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="python -m bench.state_peer", description=__doc__.split("\n\n")[0])
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         home = bulk.fresh_home(work / "state-peer-home")
         data.land(data.jsonl_files(inputs), home.landing)
         for batch in data.jsonl_files(inputs):  # archived as `inorder run` would, without projecting
-            ingest_batch(home, (ORDERING_VIEW,), batch.stem, now=bulk.T0)
+            ingest_batches(home, (ORDERING_VIEW,), [batch.stem], now=bulk.T0)
         result = run(spark, home, work / "state-peer", sampler)
         spark.stop()
     shutil.rmtree(home.root, ignore_errors=True)

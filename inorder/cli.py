@@ -5,25 +5,38 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
+import difflib
+import importlib
 import json
 import logging
+import re
 import sys
 import time
+import tomllib
 import warnings
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from inorder.terminal import say
 from pipelines import faults
 from pipelines.config import Settings
-from pipelines.observe.status import plural
-from pipelines.store.database import Home
 from pipelines.engine.outcomes import COUNTED
-from pipelines.store.versions import ViewSetMismatch
+from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
+from pipelines.observe.status import (BLOCKED_HEADER, ERROR_HEADER, ERROR_KINDS, acted_on, blocked_streams,
+                                      describe_operator_outcome, format_status, plural, read_error, read_errors,
+                                      read_status, status_document)
+from pipelines.registry import load_views, view_named, views_folder_to_record
+from pipelines.serve.publish import describe, format_positions, read_positions
+from pipelines.spark import server as spark_server
+from pipelines.store.database import Home, Store
+from pipelines.store.versions import ViewSetMismatch, remove_view
 from pipelines.view import ViewDeprecation
 
-if TYPE_CHECKING:  # importing it loads Dagster, which only `run` needs
+# Dagster and Spark take seconds to import: the commands that run them import inorder.dagster_runs (or
+# pipelines.facade) in their function, so that `inorder --help`, `status` and the other readers start at once
+if TYPE_CHECKING:
     from inorder.dagster_runs import CliRun
 
 
@@ -32,13 +45,9 @@ class NotAHome(FileNotFoundError):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("inorder")
     except PackageNotFoundError:  # running from a checkout that is not installed
-        import tomllib
-
         with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
             return tomllib.load(f)["project"]["version"]
 
@@ -66,9 +75,6 @@ class _Parser(argparse.ArgumentParser):
     """argparse, plus "did you mean" for a mistyped command, and a usage error in one line."""
 
     def error(self, message: str):
-        import difflib
-        import re
-
         wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if wrong:
             choices = re.findall(r"'?([\w-]+)'?", wrong.group(2))
@@ -94,13 +100,6 @@ def _fraction(text: str) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
     return value
-
-
-def _spark():
-    """A lazy session: the engine starts Spark only when a pass has work (for the home it is given)."""
-    from pipelines.spark.session import spark_session
-
-    return spark_session
 
 
 DEMO_HOMES = (".inorder/demo", ".inorder/demo-shop")  # where scripts/demo.sh makes its homes
@@ -150,8 +149,6 @@ GENERATORS = {"bank": "demos.bank", "shop": "demos.shop"}  # the demo domains
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    import importlib
-
     generator = importlib.import_module(GENERATORS[args.domain])
     paths = generator.generate(Path(args.out), generator.GeneratorConfig(
         args.events, args.streams, args.batches, args.disorder, args.duplicates, args.gaps, args.poison, args.seed),
@@ -161,10 +158,6 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from pipelines.store.database import Store
-
-    from pipelines.registry import load_views, views_folder_to_record
-
     folder = views_folder_to_record(args.views) if args.views else None
     home = Home.of(args.settings, args.home)
     views = load_views(args.views) if args.views else _views(args, home)
@@ -186,8 +179,6 @@ def cmd_init(args: argparse.Namespace) -> None:
 def _views(args: argparse.Namespace, home: Home | None = None):
     """The views of INORDER_VIEWS (else the ones the home recorded), refused with one line (before anything
     touches the store) when they cannot run together."""
-    from pipelines.registry import load_views
-
     return load_views(home=home or Home.of(args.settings))
 
 
@@ -195,8 +186,6 @@ def _store_views(args: argparse.Namespace):
     """The home, and the views of INORDER_VIEWS: views that cannot run together are refused first, then
     views the home's store does not hold (ViewSetMismatch, exit 5), each in one line, before anything is
     written."""
-    from pipelines.store.database import Store
-
     views = _views(args)
     home = _home(args)
     if home.database.exists():
@@ -211,31 +200,32 @@ INTERRUPTED_EXIT = 130  # Ctrl-C, as a shell reports SIGINT
 FAILED_CHECKS_EXIT = 6  # `inorder checks`: a check's latest verdict is a failure (a warning is none)
 
 
-def _run_document(report: CliRun) -> dict:
+def _run_document(report: CliRun, views) -> dict:
     """`inorder run --json` (docs/CLI.md lists the keys); the text summary is made from it too."""
-    batches = [{"batch_id": m["batch_id"], "entry_idx": m.get("entry_idx"), "status": m.get("status"),
-                "records": m.get("records", 0), "malformed": m.get("malformed", 0),
-                "rejected_reason": m.get("rejected_reason"), "unrouted": m.get("unrouted_by_stream_type") or {}}
-               for m in report.ingested]
-    unrouted: dict[str, int] = {}
+    batches = [{"batch_id": r.batch_id, "entry_idx": r.entry_idx, "status": r.status, "records": r.records,
+                "malformed": r.malformed, "rejected_reason": r.reason if r.status == "rejected" else None,
+                "unrouted": unrouted(r.stream_types, views)} for r in report.ingested]
+    by_type: dict[str, int] = {}
     for batch in batches:
         for stream_type, n in batch["unrouted"].items():
-            unrouted[stream_type] = unrouted.get(stream_type, 0) + n
-    views = {name: {count: m.get(f"run/{count}", 0) for count in RUN_VIEW_COUNTS}  # the views' run/… metadata
-             for name, m in report.projection.items()}
+            by_type[stream_type] = by_type.get(stream_type, 0) + n
+    stats, plan = report.projection, report.plan
+    counted = {view.name: {**stats.by_view.get(view.name, {}), "streams_touched": stats.streams_touched.get(view.name, 0)}
+               for view in views}
+    per_view = {name: {count: n.get(count, 0) for count in RUN_VIEW_COUNTS} for name, n in counted.items()}
     return {
-        "ran": ("batches" if report.ingested else "tick" if report.ticked else "resumed" if report.resumed
-                else "caught_up" if report.catching_up else "nothing"),
-        "caught_up": list(report.catching_up),
+        "ran": ("batches" if report.ingested else "tick" if plan.tick else "resumed" if plan.resumed
+                else "caught_up" if plan.catching_up else "nothing"),
+        "caught_up": list(plan.catching_up),
         "batches": batches,
         "records": sum(b["records"] for b in batches if b["status"] == "archived"),
-        "unrouted": dict(sorted(unrouted.items())),
-        "applied": sum(v["applied"] for v in views.values()),
-        "views": views,
+        "unrouted": dict(sorted(by_type.items())),
+        "applied": sum(v["applied"] for v in per_view.values()),
+        "views": per_view,
         "seconds": round(report.seconds, 3),
         "dagster_run_ids": report.run_ids,
         "publish_error": report.publish_error,
-        "refused": report.refused,
+        "refused": {**plan.refused, **stats.refused},  # a tick does not project a refused view: the plan says it
         "checks": dict(sorted(report.checks.items())),
     }
 
@@ -243,9 +233,6 @@ def _run_document(report: CliRun) -> dict:
 def _add_views(home: Home, views, names: list[str]) -> None:
     """`inorder run --add-views`: record views the store does not hold yet (and make their tables), the
     explicit act that lets INORDER_VIEWS bring them to a store holding others."""
-    from pipelines.registry import view_named
-    from pipelines.store.database import Store
-
     for name in names:
         view_named(views, name)
     Store.open(home, views, adding=names).close()
@@ -254,14 +241,12 @@ def _add_views(home: Home, views, names: list[str]) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from inorder.dagster_runs import run_through_dagster
 
-    from pipelines.engine.routing import describe_unrouted, subscribed_types
-
     views = _views(args)
     home = _home(args)
     if args.add_views:
         _add_views(home, views, args.add_views)
     subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)
-    run = _run_document(run_through_dagster(home, views, args.now))
+    run = _run_document(run_through_dagster(home, views, args.now), views)
     for line in _batch_warnings(run["batches"], subscribed):
         print(f"inorder: warning: {line}", file=sys.stderr)
     if args.json:
@@ -323,15 +308,10 @@ def _batch_warnings(batches: list[dict], subscribed: list[str]) -> list[str]:
 def _store(args: argparse.Namespace, views=None):
     """A read-only connection to the home's store (it waits while a run holds the file, like every reader),
     refusing loaded views the store does not hold (exit 5)."""
-    from pipelines.store.database import Store
-
     return Store.open_read_only(_home(args), _views(args) if views is None else views)
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from pipelines.serve.publish import format_positions, read_positions
-    from pipelines.observe.status import format_status, read_status, status_document
-
     views = _views(args)
     with _store(args, views) as store:
         status = read_status(store.con, views)
@@ -348,8 +328,6 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def _known_view(args: argparse.Namespace, name: str | None) -> None:
     """Refuse a --view that names no view of INORDER_VIEWS, listing the known ones."""
-    from pipelines.registry import view_named
-
     if name is not None:
         view_named(_views(args), name)
 
@@ -367,8 +345,6 @@ def _print_listing(args: argparse.Namespace, counts: dict[str, int], key: str, r
 
 
 def cmd_errors(args: argparse.Namespace) -> None:
-    from pipelines.observe.status import ERROR_HEADER, read_errors
-
     if args.id is not None:
         return _print_error_row(args)
     _known_view(args, args.view)
@@ -389,8 +365,6 @@ def cmd_errors(args: argparse.Namespace) -> None:
 def _print_error_row(args: argparse.Namespace) -> None:
     """`inorder errors --id N`: the row whole, a column a line; a value of several lines (a traceback, a
     malformed record's text) indented under its column's name."""
-    from pipelines.observe.status import read_error
-
     with _store(args) as store:
         row = read_error(store.con, args.id)
     if row is None:
@@ -410,8 +384,6 @@ def _print_error_row(args: argparse.Namespace) -> None:
 
 
 def cmd_pending(args: argparse.Namespace) -> None:
-    from pipelines.observe.status import BLOCKED_HEADER, blocked_streams
-
     views = _views(args)
     _known_view(args, args.view)
     with _store(args, views) as store:
@@ -422,9 +394,6 @@ def cmd_pending(args: argparse.Namespace) -> None:
 
 
 def cmd_query(args: argparse.Namespace) -> None:
-    import csv
-    from pipelines.store.database import Store
-
     with Store.open_read_only(_home(args)) as store:  # any SQL, whatever INORDER_VIEWS loads
         cursor = store.con.execute(args.sql)
         names = [d[0] for d in cursor.description or ()]
@@ -443,16 +412,12 @@ def cmd_query(args: argparse.Namespace) -> None:
 def cmd_operator(args: argparse.Namespace) -> None:
     """`inorder retry` and `skip`, as a Dagster run (the view's materialisation, followed by its checks)."""
     from inorder.dagster_runs import operator_through_dagster
-    from pipelines.registry import view_named
-
     home, views = _store_views(args)
     view_named(views, args.view)
     streams = operator_through_dagster(home, views, args.view, None if args.all else [args.stream], args.command)
     if not streams:
         print(f"view {args.view} has no parked streams: nothing to {args.command}")
         return
-    from pipelines.observe.status import acted_on, describe_operator_outcome
-
     with _store(args, views) as store:
         print(describe_operator_outcome(args.command, args.view, acted_on(store.con, args.view, streams)))
 
@@ -464,8 +429,8 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
     home, views = _store_views(args)
     _known_view(args, args.view)
     done = rebuild_through_dagster(home, views, args.view)
-    print(f"rebuilt {args.view}: {plural(done.metadata.get('rebuild/entries_replayed', 0), 'entry', 'entries')} "
-          f"replayed in {plural(done.metadata.get('rebuild/passes', 0), 'pass', 'passes')} and swapped in, "
+    print(f"rebuilt {args.view}: {plural(done.stats.entries, 'entry', 'entries')} "
+          f"replayed in {plural(done.stats.passes, 'pass', 'passes')} and swapped in, "
           f"{time.perf_counter() - started:.1f}s; {describe_checks(done.checks)}")
 
 
@@ -504,8 +469,6 @@ def describe_checks(checks: dict[str, str]) -> str:
 def cmd_publish(args: argparse.Namespace) -> None:
     """`inorder publish`, as a Dagster run (each view published is materialised, followed by its checks)."""
     from inorder.dagster_runs import publish_through_dagster
-    from pipelines.serve.publish import describe
-    from pipelines.registry import view_named
 
     home, views = _store_views(args)
     if args.full:
@@ -515,10 +478,12 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_reingest(args: argparse.Namespace) -> None:
-    from pipelines.facade import reingest_batches
+    """`inorder reingest`, as a Dagster run (every view materialised after it, followed by its checks)."""
+    from inorder.dagster_runs import reingest_through_dagster
 
     home, views = _store_views(args)
-    results, stats = reingest_batches(_spark(), home, views, args.batches, args.now, progress=say)
+    done = reingest_through_dagster(home, views, args.batches, args.now)
+    results, stats = done.entries, done.projection
     for r in results:
         print(f"re-ingested {r.batch_id} (entry {r.entry_idx}, superseding entry {r.reingest_of}): {r.records} records, "
               f"{r.malformed} malformed, by stream type {r.stream_types}")
@@ -527,11 +492,14 @@ def cmd_reingest(args: argparse.Namespace) -> None:
 
 
 def cmd_remove_view(args: argparse.Namespace) -> None:
-    from pipelines.store.database import Store
-    from pipelines.store.versions import remove_view
+    """`inorder remove-view`: what it would drop; with --yes, a Dagster run that drops it."""
+    from inorder.dagster_runs import remove_view_through_dagster
 
-    with Store.open(_home(args), ()) as store:  # no views: none is recorded or checked on the way
-        removed = remove_view(store.con, args.view, args.yes)
+    if args.yes:
+        removed = remove_view_through_dagster(_home(args), args.view)
+    else:
+        with Store.open(_home(args), ()) as store:  # no views: none is recorded or checked on the way
+            removed = remove_view(store.con, args.view, confirmed=False)
     rows = ", ".join(f"{n} {table}" for table, n in removed.state_rows.items())
     what = f"its tables {', '.join(removed.tables) or '(none of its own)'} and its engine rows ({rows})" + (
         f"; it keeps {', '.join(removed.shared)}, which another of the store's views claims too" if removed.shared
@@ -554,8 +522,6 @@ def cmd_rename_view(args: argparse.Namespace) -> None:
 
 def cmd_spark(args: argparse.Namespace) -> None:
     """`inorder spark start|stop|status`: the home's warm Spark Connect server (pipelines/spark/server.py)."""
-    from pipelines.spark import server as spark_server
-
     home = _home(args)
     files = spark_server.ServerFiles.of(home.root)
     if args.action == "start":
@@ -631,8 +597,6 @@ def _home_commands(command) -> None:
 
 def _reading_commands(command, as_json: dict) -> None:
     """`run`, and the commands that read the store: `status`, `query`, `errors`, `pending`."""
-    from pipelines.observe.status import ERROR_KINDS
-
     r = command("run", help="ingest new batches (or tick) and project them")
     r.add_argument("--now", type=_iso_time, help="logical time of this run (default: the wall clock)")
     r.add_argument("--json", **as_json)
@@ -757,11 +721,9 @@ def _library_logs_quiet(settings: Settings) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.spark.server import end_processes, own_children
-
     faults.arm()  # the crash sweep's crash points (pipelines/faults.py): nothing when INORDER_CRASH_AT is unset
     args = parser().parse_args(argv)
-    children_before = own_children()
+    children_before = spark_server.own_children()
     settings = Settings()
     try:
         settings = args.settings = Settings.from_env()  # the one read of the INORDER_* variables: passed down
@@ -770,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # a command's own exit status (3, 4, 6): main returns what the process exits with
         return exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt as exc:  # RunInterrupted says what the run left for the next one
-        end_processes(own_children() - children_before)  # a Spark JVM the command started
+        spark_server.end_processes(spark_server.own_children() - children_before)  # a Spark JVM the command started
         print(f"inorder: interrupted{f': {exc}' if str(exc) else ''}", file=sys.stderr)
         return INTERRUPTED_EXIT
     except ViewSetMismatch as exc:

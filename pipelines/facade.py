@@ -8,6 +8,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Sequence
 
 from pyspark.sql import SparkSession
@@ -41,15 +42,6 @@ def _quiet(message: str) -> None:
     pass
 
 
-@dataclass
-class RunReport:
-    ingested: list[IngestResult] = field(default_factory=list)
-    tick_entry: int | None = None
-    projection: ProjectionStats = field(default_factory=ProjectionStats)
-    ingest_seconds: float = 0.0
-    seconds: float = 0.0
-
-
 @dataclass(frozen=True)
 class RunPlan:
     """What a run does, decided in one place for `inorder run`, the engine's `run`, and Dagster's
@@ -57,22 +49,42 @@ class RunPlan:
 
     landing: tuple[LandingFile, ...]  # new landing files, in the order they are ingested
     resumed: bool  # archived batches that views projected before have not projected (a run was interrupted)
-    tick: bool  # nothing new: record a tick at `t_us`, so gap timers fire
-    due_views: tuple[str, ...]  # with a tick: the views with a buffered stream it walks
-    t_us: int  # the run's logical time (a batch ingested later in the run takes its own wall-clock time)
+    tick: bool  # nothing new: record a tick at the run's logical time, so gap timers fire
+    projected: tuple[str, ...]  # the views the run projects: every one, but a tick leaves out the refused
     catching_up: tuple[str, ...] = ()  # views added to the store, that have never projected, to project the archive
+    refused: dict[str, str] = field(default_factory=dict)  # view -> why runs do not project it (its tables changed)
 
     @property
     def batches(self) -> tuple[str, ...]:
         return tuple(f.batch_id for f in self.landing)
 
 
+@dataclass
+class RunReport:
+    """What a run did: its plan, then the results of the steps of the Dagster run it becomes."""
+
+    plan: RunPlan
+    ingested: list[IngestResult] = field(default_factory=list)
+    projection: ProjectionStats = field(default_factory=ProjectionStats)
+    ingest_seconds: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class Reingested:
+    """What `inorder reingest` did: the new entries, then the projection of every view."""
+
+    entries: list[IngestResult]
+    projection: ProjectionStats
+
+
 def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | None = None,
              min_idle_seconds: float = 0.0) -> RunPlan:
     """Ingest what is new; with nothing new, finish what an interrupted run archived; else tick, when
     logical time moved and either a gap timer is due or nothing was recorded for `min_idle_seconds`
-    (the tick schedule's interval; `inorder run` ticks whenever time moved). A tick projects only the
-    views with a timer due; its entry waits for the others' next projection and resumes nothing."""
+    (the tick schedule's interval; `inorder run` ticks whenever time moved). A tick projects every view
+    but the refused ones (each waits for its rebuild, and a tick says nothing new of it); it walks only
+    the buffers whose timer is due, and resumes nothing."""
     landing = tuple(new_landing_files(store, home, home_source(home)))
     versions = store.versions or read_versions(store.con, views)
     active = [v for v in views if not versions[v.name].refused]  # a refused view waits for its rebuild
@@ -82,11 +94,17 @@ def plan_run(store: Store, home: Home, views: Sequence[View], now: datetime | No
     catching_up = tuple(sorted(waiting & fresh))
     t_us = _logical_now(store, now)
     last = store.last_logical_time_us()
-    tick, due = False, ()
-    if not landing and not resumed and not catching_up and tick_due(store, t_us):
-        due = tuple(views_with_due_buffers(store.con, active, t_us))
-        tick = bool(due) or last is None or t_us - last >= min_idle_seconds * 1e6
-    return RunPlan(landing, resumed, tick, due if tick else (), t_us, catching_up)
+    tick = not landing and not resumed and not catching_up and tick_due(store, t_us) and (
+        bool(views_with_due_buffers(store.con, active, t_us)) or last is None or t_us - last >= min_idle_seconds * 1e6)
+    projected = tuple(v.name for v in (active if tick else views))
+    refused = {name: version.refusal() for name, version in versions.items() if version.refused}
+    return RunPlan(landing, resumed, tick, projected, catching_up, refused)
+
+
+def plan(home: Home, views: Sequence[View], now: datetime | None = None) -> RunPlan:
+    """`plan_run` on the store's writer, which makes the store on the first run (`inorder run`'s plan)."""
+    with Store.open(home, views) as store:
+        return plan_run(store, home, views, now)
 
 
 def _never_projected(store: Store, views: Sequence[View]) -> set[str]:
@@ -202,51 +220,59 @@ def refuse_failed_pass(out: PassResult) -> None:
 
 def run(spark: SparkSource, home: Home, views: Sequence[View], now: datetime | None = None,
         progress: Progress = _quiet, selected: Sequence[View] | None = None) -> RunReport:
-    """Ingest every new landing file at logical time `now` (a tick when there is none), then project."""
+    """`inorder run` without Dagster: the plan, then the steps of the Dagster run it becomes
+    (assets/targets.py), in their order, each the function its step calls: `ingest_batches` (the
+    `event_batches` asset), then `project_views` (the views' asset). `selected`: those views alone, as
+    when their assets are materialised by themselves."""
     started = time.perf_counter()
-    report = RunReport()
-    source = home_source(home)
-    with Store.open(home, views) as store:
-        plan = plan_run(store, home, views, now)
-        report.ingested = ingest_landing(store, home, source, plan.t_us, progress)
-        report.ingest_seconds = time.perf_counter() - started
-        if plan.tick and not report.ingested:  # every view is projected below: the tick's entry is done for all
-            report.tick_entry = record_entry(store, "tick", plan.t_us)
-            progress(f"no new batch: tick at {datetime.fromtimestamp(plan.t_us / 1e6, timezone.utc).isoformat()}")
-        report.projection = project(
-            spark, store, home, views, selected or views, source, progress)
-    rebuild_due(spark, home, views, report.projection, progress)
+    report = RunReport(plan(home, views, now))
+    report.ingested = ingest_batches(home, views, report.plan.batches, now, progress)
+    report.ingest_seconds = time.perf_counter() - started
+    projected = selected or [v for v in views if v.name in report.plan.projected]
+    report.projection = project_views(spark, home, views, projected, tick=report.plan.tick, now=now,
+                                      progress=progress)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def ingest_batch(home: Home, views: Sequence[View], batch_id: str, now: datetime | None = None) -> IngestResult:
-    """Ingest the landing file(s) of one batch id (a file's stem, a clashing file's whole name, or a
-    changed file's `name@hash`).
+def ingest_batches(home: Home, views: Sequence[View], batch_ids: Sequence[str], now: datetime | None = None,
+                   progress: Progress = _quiet) -> list[IngestResult]:
+    """The ingest step: the landing file(s) of each batch id (a file's stem, a clashing file's whole name, or
+    a changed file's `name@hash`), in order, at logical time `now`, on one open of the store (the files
+    inspected in parallel when they are large: pipelines/engine/ingest.py `ingest_landing`).
 
     Idempotent: a batch already registered is returned as it was. Another file that claims the
     same batch id is set aside as a rejected batch on the way, never ignored. When a changed file's
     new content turns out to be recorded already (touched, or changed back), its newest entry is returned."""
+    if not batch_ids:
+        return []
     with Store.open(home, views) as store:
         source = home_source(home)
-        paths = files_for_batch(home, source, batch_id)
-        already = store.con.execute("SELECT count(*) FROM inorder.ingest_log WHERE batch_id = ? AND kind = 'batch'",
-                                    [batch_id]).fetchone()[0] > 0  # a tick's id is never a batch's
-        if not already and not paths:
-            raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
-        if new_landing_files(store, home, source, only=paths):
-            ingest_landing(store, home, source, _logical_now(store, now), only=paths)
-        entry_idx, batch_id, status, records, malformed, size, reason, types = store.con.execute(
-            "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason, stream_types "
-            "FROM inorder.ingest_log WHERE kind = 'batch' AND reingest_of IS NULL "
-            "AND (batch_id = ? OR list_contains(?, file_name)) ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
-            [batch_id, [str(landing_name(home, p)) for p in paths], batch_id]).fetchone()
-        return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
-                            already_ingested=already, stream_types=dict(types or {}))
+        paths = {batch_id: files_for_batch(home, source, batch_id) for batch_id in batch_ids}
+        known = {r[0] for r in store.con.execute("SELECT batch_id FROM inorder.ingest_log WHERE kind = 'batch' "
+                                                 "AND list_contains(?, batch_id)", [list(batch_ids)]).fetchall()}
+        for batch_id in batch_ids:
+            if batch_id not in known and not paths[batch_id]:
+                raise FileNotFoundError(f"no landing file for batch {batch_id!r} in {home.landing}")
+        landing = [path for batch_id in batch_ids for path in paths[batch_id]]
+        if new_landing_files(store, home, source, only=landing):
+            ingest_landing(store, home, source, _logical_now(store, now), progress, only=landing)
+        return [_ingested(store, home, batch_id, paths[batch_id], batch_id in known) for batch_id in batch_ids]
+
+
+def _ingested(store: Store, home: Home, batch_id: str, paths: list[Path], already: bool) -> IngestResult:
+    """The newest entry of the batch (a tick's id is never a batch's)."""
+    entry_idx, batch_id, status, records, malformed, size, reason, types = store.con.execute(
+        "SELECT entry_idx, batch_id, status, records, malformed, bytes, reason, stream_types "
+        "FROM inorder.ingest_log WHERE kind = 'batch' AND reingest_of IS NULL "
+        "AND (batch_id = ? OR list_contains(?, file_name)) ORDER BY batch_id = ? DESC, entry_idx DESC LIMIT 1",
+        [batch_id, [str(landing_name(home, p)) for p in paths], batch_id]).fetchone()
+    return IngestResult(entry_idx, batch_id, status, records, malformed, bytes=size or 0, reason=reason,
+                        already_ingested=already, stream_types=dict(types or {}))
 
 
 def reingest_batches(spark: SparkSource, home: Home, views: Sequence[View], batch_ids: Sequence[str],
-                     now: datetime | None = None, progress: Progress = _quiet) -> tuple[list[IngestResult], ProjectionStats]:
+                     now: datetime | None = None, progress: Progress = _quiet) -> Reingested:
     """`inorder reingest`: inspect the batches' undelivered records again with today's `source.json`, as
     new entries at logical time `now` (pipelines/engine/ingest.py `reingest`), then project every view."""
     source = home_source(home)
@@ -255,7 +281,7 @@ def reingest_batches(spark: SparkSource, home: Home, views: Sequence[View], batc
                            _logical_now(store, now), progress)
         stats = project(spark, store, home, views, views, source, progress)
     rebuild_due(spark, home, views, stats, progress)
-    return results, stats
+    return Reingested(results, stats)
 
 
 def project_views(spark: SparkSource, home: Home, views: Sequence[View], selected: Sequence[View],

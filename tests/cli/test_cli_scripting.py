@@ -117,7 +117,7 @@ def test_run_json_says_what_the_store_holds_and_the_terminal_has_only_progress_l
     lines = run.stderr.splitlines()
     assert lines and all(PROGRESS_LINE.match(line) for line in lines), run.stderr  # no JVM, log4j or Dagster lines
     assert any(line.endswith("] pass 1/1: committing") for line in lines)
-    assert any("ingest 3/3 batch-00003: archived" in line for line in lines)
+    assert any("ingest 3/3 batch-00003.jsonl: archived" in line for line in lines)
 
 
 def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):

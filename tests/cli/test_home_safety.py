@@ -264,9 +264,7 @@ def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source
     assert status.views[0].selected == 0
 
     # the terminal's warning for a batch none of whose records reached a view
-    document = _run_document(CliRun(ingested=[{"batch_id": "loans-001", "entry_idx": 1, "status": "archived",
-                                                "records": 8, "malformed": 6,
-                                                "unrouted_by_stream_type": {"account": 2}}]))
+    document = _run_document(CliRun(first.plan, ingested=first.ingested), views)
     assert document["unrouted"] == {"account": 2}
     assert _batch_warnings(document["batches"], ["loan"]) == [
         "batch loans-001: none of its 8 records reached a view: 6 malformed (`inorder errors --batch loans-001` says "
@@ -274,8 +272,8 @@ def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source
         "them wrong, fix it, then `inorder reingest loans-001`"]
 
     (home.root / "source.json").write_text(json.dumps({"name": "loan", "stream_id": "loan", "seq": "version"}))
-    results, stats = reingest_batches(spark, home, views, ["loans-001"], now=datetime_of("2026-11-02T00:05:00Z"))
-    (again,) = results
+    done = reingest_batches(spark, home, views, ["loans-001"], now=datetime_of("2026-11-02T00:05:00Z"))
+    (again,), stats = done.entries, done.projection
     # the 8 undelivered lines (6 malformed, 2 unrouted) inspected again: the loans now reach the view, and the
     # two `acct-1` lines, read with the loan mapping, have no `loan` field: malformed this time
     assert (again.batch_id, again.reingest_of, again.records, again.malformed) == ("loans-001@reingest-2", 1, 8, 2)
@@ -297,7 +295,7 @@ def test_unrouted_records_are_reported_by_stream_type_and_reingested_once_source
 
     # nothing left that the mapping delivers: a second re-ingest records nothing, and changes nothing
     before = store_contents(home.database)
-    results, _ = reingest_batches(spark, home, views, ["loans-001"], now=datetime_of("2026-11-02T00:06:00Z"))
+    results = reingest_batches(spark, home, views, ["loans-001"], now=datetime_of("2026-11-02T00:06:00Z")).entries
     assert results == [] and store_contents(home.database) == before
 
     # the archive replays to the same view: a rebuild with the recorded logical times

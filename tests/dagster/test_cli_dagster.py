@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
@@ -227,3 +228,72 @@ def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
     assert not any("Traceback" in line for line in said), "".join(said)
     time.sleep(2)  # a JVM has had time to notice its parent gone
     assert _processes_marked(mark) == []
+
+
+def test_reingest_and_remove_view_are_runs_of_the_homes_instance(spark, tmp_path, monkeypatch, capsys):
+    """Issue 34: `reingest` materialises every view after its new entries, so their checks follow, and
+    `remove-view --yes` is a run of its own (its dry run writes nothing, and is none); what they print stays."""
+    home = _cli_home(monkeypatch, tmp_path / "home", "tests.counts_views")
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in [*BATCH, "not json"]))
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
+    capsys.readouterr()
+    assert main(["reingest", "b1", "--now", "2026-11-02T00:01:00Z"]) == 0  # the malformed line is still malformed
+    assert capsys.readouterr().out.splitlines()[-1] == "0 of 1 batches re-ingested; 0 messages applied across views"
+    assert main(["remove-view", "audit"]) == 1
+    assert capsys.readouterr().out.startswith("would remove view audit: its tables ")
+    assert main(["remove-view", "audit", "--yes"]) == 0
+    assert capsys.readouterr().out.startswith("removed view audit: its tables ")
+    assert main(["remove-view", "audit", "--yes"]) == 5  # a refusal of the views stays one through Dagster
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "inorder: refused: the store holds no view 'audit' (it holds none)"
+
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        reingest = _run_of(instance, "reingest_batches")
+        assert reingest.tags[CLI_HOME_TAG] == str(home)
+        assert set(_materialized(instance, reingest.run_id)) == {"audit"}
+        assert _checked(instance, reingest.run_id) == {("audit", name) for name in VIEW_CHECKS}
+        removals = instance.get_runs(dg.RunsFilter(job_name="remove_view"))
+        assert sorted(r.status.value for r in removals) == ["FAILURE", "SUCCESS"]
+    import duckdb
+
+    with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM inorder.view_versions").fetchone() == (0,)
+
+
+def test_inorder_run_and_the_engines_run_are_one_path(spark, tmp_path, monkeypatch, capsys):
+    """Issue 34: the same landing files and logical times through `inorder run` (its Dagster runs: a rejected
+    file's second run, a tick that skips a gap, a late message) and through `pipelines.facade.run`, which the
+    property tests and the benchmarks drive, leave the same store, row for row."""
+    from pipelines.config import Settings
+    from pipelines.facade import run
+    from pipelines.store.database import Home
+    from tests.domains import BANK_VIEWS
+    from tests.harness import read_store
+
+    through_cli = _cli_home(monkeypatch, tmp_path / "cli", "views")
+    engine = Home.of(Settings(), tmp_path / "engine").ensure()
+    steps = [("2026-11-02T00:00:00Z", {"b1.jsonl": [opened("a"), dep("a", 3, 5), opened("b"), dep("b", 2, 7)],
+                                       "bad.parquet": ["not parquet"]}),
+             ("2026-11-03T00:00:00Z", {}),  # a tick: a's gap timed out
+             ("2026-11-03T00:00:01Z", {"b2.jsonl": [dep("a", 2, 1), dep("a", 4, 2), dep("b", 3, 1)]}),
+             ("2026-11-03T00:00:01Z", {})]  # nothing new, and time did not move
+    for now, files in steps:
+        for home in (through_cli, engine.root):
+            for name, lines in files.items():
+                (home / "landing" / name).write_text("".join(line + "\n" for line in lines))
+        assert main(["run", "--now", now]) == 0
+        run(spark, engine, BANK_VIEWS, now=datetime.fromisoformat(now.replace("Z", "+00:00")))
+        cli_store, engine_store = read_store(Home(through_cli), BANK_VIEWS), read_store(engine, BANK_VIEWS)
+        assert cli_store == engine_store, now
+        assert _ingest_log(through_cli) == _ingest_log(engine.root), now
+    assert cli_store["gaps"] and cli_store["errors"]  # the scenario skipped a gap and logged the late message
+
+
+def _ingest_log(home: Path) -> list[tuple]:
+    """The ingest log's rows, the home's folder left out of a rejected file's reason."""
+    import duckdb
+
+    with duckdb.connect(str(home / "store.duckdb"), read_only=True) as con:
+        return con.execute("SELECT entry_idx, batch_id, kind, status, records, malformed, received_at, stream_types, "
+                           "replace(reason, ?, 'HOME') FROM inorder.ingest_log ORDER BY entry_idx",
+                           [str(home)]).fetchall()

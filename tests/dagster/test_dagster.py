@@ -15,7 +15,7 @@ from assets.checks import view_checks
 from assets.ingest import FILE_NOT_REJECTED
 from assets.tags import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
 from inorder.definitions import build_definitions
-from pipelines.facade import ingest_batch
+from pipelines.facade import ingest_batches
 from pipelines.observe.expectations import SUITE_HEADER
 from pipelines.observe.status import read_status
 from pipelines.store.database import Home, Store
@@ -168,11 +168,11 @@ def test_files_already_in_the_ingest_log_never_start_runs(tmp_path):
     for i in range(3):
         (home.landing / f"b{i}.jsonl").write_text(f'{{"stream_id": "a", "seq": {i + 1}, "type": "Deposited"}}\n')
     for i in range(2):
-        ingest_batch(home, BANK_VIEWS, f"b{i}")
+        ingest_batches(home, BANK_VIEWS, [f"b{i}"])
     instance = dg.DagsterInstance.ephemeral()
     first = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home)))
     assert [r.run_key for r in first.run_requests] == ["b2"]
-    ingest_batch(home, BANK_VIEWS, "b2")
+    ingest_batches(home, BANK_VIEWS, ["b2"])
     lost_cursor = landing_sensor(dg.build_sensor_context(instance=instance, resources=resources_for(home)))
     assert lost_cursor.run_requests == [] and json.loads(lost_cursor.cursor) == {}
 
@@ -455,9 +455,9 @@ def test_a_second_writer_fails_with_one_clear_message(tmp_path):
 
 def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_materialises_nothing(
         spark, tmp_path):
-    """The schedule asks the store: a gap timer due → a tick of just the views it concerns (their checks
-    run after it); nothing due but no entry for a tick interval → a tick that walks nothing, commits
-    without Spark work and materialises nothing; otherwise no run."""
+    """The schedule asks the store: a gap timer due → a tick that materialises just the views it walks (their
+    checks run after it); nothing due but no entry for a tick interval → a tick that walks nothing, commits
+    every view's ledger row without Spark work and materialises nothing; otherwise no run."""
     from assets.schedules import TICK_INTERVAL
     from pipelines.facade import run
 
@@ -490,7 +490,8 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
     quiet = T0 + timedelta(seconds=600) + TICK_INTERVAL + timedelta(seconds=1)
     heartbeat = evaluate(quiet)
     assert isinstance(heartbeat, dg.RunRequest)
-    assert {k.to_user_string() for k in heartbeat.asset_selection} == {"errors", "gaps"}
+    # a tick projects every view, so that each records it; only the views it walks are materialised
+    assert {k.to_user_string() for k in heartbeat.asset_selection} == {v.name for v in BANK_VIEWS} | {"errors", "gaps"}
     result = job.execute_in_process(instance=instance, tags={**heartbeat.tags, NOW_TAG: quiet.isoformat(),
                                                              "dagster/schedule_name": "tick_schedule"},
                                     asset_selection=heartbeat.asset_selection)
@@ -499,6 +500,7 @@ def test_the_tick_runs_only_when_a_timer_is_due_and_a_tick_that_walks_nothing_ma
     with duckdb.connect(str(home.database), read_only=True) as con:
         assert con.execute("SELECT kind FROM inorder.ingest_log ORDER BY entry_idx").fetchall() == \
             [("batch",), ("tick",), ("tick",)]
+        assert con.execute("SELECT count(*) FROM inorder.batches WHERE entry_idx = 3").fetchone() == (len(BANK_VIEWS),)
     assert isinstance(evaluate(quiet + timedelta(minutes=1)), dg.SkipReason)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines.engine.ingest import ingest_landing, record_entry
 from pipelines.engine.normalise import SourceMapping
-from pipelines.facade import ingest_batch, project, project_views, rebuild, run
+from pipelines.facade import ingest_batches, project, project_views, rebuild, run
 from pipelines.store.database import Store, us_from_utc
 from tests.builders import T0, TIMERS_DUE_IN_A_PASS, batch, dep, msg, opened, tick, wd
 from tests.harness import across_passes, assert_same_store, entry_time, fresh_home, read_store, run_entries, write_batch
@@ -213,7 +213,7 @@ def test_timers_due_inside_a_pass_of_several_entries_fire_at_their_entrys_time(s
     for first in (0, 3):
         for entry in TIMERS_DUE_IN_A_PASS[first:first + 3]:
             write_batch(home, entry)
-            ingest_batch(home, BANK_VIEWS, entry.batch_id, now=entry_time(entry))
+            ingest_batches(home, BANK_VIEWS, [entry.batch_id], now=entry_time(entry))
         stats = project_views(spark, home, BANK_VIEWS, BANK_VIEWS)
         assert (stats.passes, stats.entries) == (1, 3)
     store = read_store(home, BANK_VIEWS)

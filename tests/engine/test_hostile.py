@@ -18,7 +18,7 @@ from assets import build_layer
 from assets.tags import RANGE_END_TAG, RANGE_START_TAG
 from pipelines.engine.ingest import archive_path, batch_id_of, ingest_landing, new_landing_files
 from pipelines.engine.normalise import MAX_DEPTH, SourceMapping, inspect_file
-from pipelines.facade import ingest_batch, run
+from pipelines.facade import ingest_batches, run
 from pipelines.observe.status import format_status, read_status
 from pipelines.store.database import Home, Store
 from pipelines.view import Table, View
@@ -156,7 +156,7 @@ def test_hostile_corpus_through_the_engine(spark, tmp_path, corpus):
     for name, data in corpus.changed.items():
         (home.landing / name).write_bytes(data)
     report = run(spark, home, BANK_VIEWS, now=T2)
-    assert report.tick_entry is None and len(report.ingested) == len(hostile) + len(corpus.changed)
+    assert not report.plan.tick and len(report.ingested) == len(hostile) + len(corpus.changed)
 
     # every case ended as it must
     con = duckdb.connect(str(home.database), read_only=True)
@@ -252,7 +252,7 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     instance = dg.DagsterInstance.ephemeral()
     first = _sensor(home, instance)
     assert [r.run_key for r in first.run_requests] == ["b1"]
-    assert ingest_batch(home, BANK_VIEWS, "b1").status == "archived"
+    assert ingest_batches(home, BANK_VIEWS, ["b1"])[0].status == "archived"
     assert _sensor(home, instance, first.cursor).run_requests == []
 
     path.write_bytes(OTHER)  # same size, new content
@@ -262,10 +262,10 @@ def test_a_changed_file_is_set_aside_once_through_the_sensor_and_ingest_batch(tm
     key = request.run_key
     assert key.startswith("b1.jsonl@") and request.tags == {RANGE_START_TAG: key, RANGE_END_TAG: key}
     assert changed.dynamic_partitions_requests[0].partition_keys == [key]
-    result = ingest_batch(home, BANK_VIEWS, key)
+    result = ingest_batches(home, BANK_VIEWS, [key])[0]
     assert (result.status, result.batch_id, result.already_ingested) == ("rejected", key, False)
     assert "changed after it was ingested as batch 'b1'" in result.reason
-    assert ingest_batch(home, BANK_VIEWS, key).already_ingested  # a repeated run changes nothing
+    assert ingest_batches(home, BANK_VIEWS, [key])[0].already_ingested  # a repeated run changes nothing
     assert _sensor(home, instance, changed.cursor).run_requests == []
     assert [row[1:4] for row in _log(home)] == [("b1", "b1.jsonl", "archived"), (key, "b1.jsonl", "rejected")]
 

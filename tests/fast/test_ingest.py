@@ -65,17 +65,17 @@ def test_ingest_archives_registers_and_rejects(tmp_path, monkeypatch, parallel):
 
 
 def test_ingest_batch_sets_a_later_claimant_of_the_same_id_aside(tmp_path):
-    from pipelines.facade import ingest_batch
+    from pipelines.facade import ingest_batches
 
     home = Home(tmp_path / "home").ensure()
     (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
-    first = ingest_batch(home, BANK_VIEWS, "b1")
+    first = ingest_batches(home, BANK_VIEWS, ["b1"])[0]
     assert (first.status, first.already_ingested) == ("archived", False)
     (home.landing / "b1.jsonl").unlink()
     (home.landing / "b1.csv").write_text("stream_id,seq,type\na,2,Deposited\n")
-    again = ingest_batch(home, BANK_VIEWS, "b1")  # e.g. the sensor lost its cursor
+    again = ingest_batches(home, BANK_VIEWS, ["b1"])[0]  # e.g. the sensor lost its cursor
     assert (again.status, again.already_ingested, again.entry_idx) == ("archived", True, 1)
-    clash = ingest_batch(home, BANK_VIEWS, "b1.csv")
+    clash = ingest_batches(home, BANK_VIEWS, ["b1.csv"])[0]
     assert (clash.status, clash.already_ingested) == ("rejected", True) and "already taken" in clash.reason
     log, _ = ingest_rows(home)
     assert [row[:3] for row in log] == [(1, "b1", "archived"), (2, "b1.csv", "rejected")]
@@ -95,13 +95,13 @@ def test_a_file_named_like_a_tick_entry_is_set_aside_and_ticks_go_on(tmp_path):
 
 
 def test_ingest_batch_of_a_key_that_is_also_a_tick_id_finds_the_file(tmp_path):
-    from pipelines.facade import ingest_batch
+    from pipelines.facade import ingest_batches
 
     home = Home(tmp_path / "home").ensure()
     with Store.open(home, BANK_VIEWS) as store:
         record_entry(store, "tick", T)
     (home.landing / "tick-1.jsonl").write_text(opened("a") + "\n")
-    result = ingest_batch(home, BANK_VIEWS, "tick-1")  # the sensor's partition key is the file's stem
+    result = ingest_batches(home, BANK_VIEWS, ["tick-1"])[0]  # the sensor's partition key is the file's stem
     assert (result.entry_idx, result.batch_id, result.status) == (2, "tick-1.jsonl", "rejected")
     assert "already taken" in result.reason
 
@@ -110,7 +110,7 @@ def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path
     from dagster._core.definitions.partitions.utils.base import raise_error_on_invalid_partition_key_substring
 
     from pipelines.engine.ingest import batch_id_of
-    from pipelines.facade import ingest_batch
+    from pipelines.facade import ingest_batches
 
     home = Home(tmp_path / "home").ensure()
     odd = [home.landing / "line\nbreak.jsonl", home.landing / "v1...2.jsonl", home.landing / "tab\there.csv"]
@@ -122,7 +122,7 @@ def test_file_names_no_batch_id_may_hold_are_set_aside_under_usable_ids(tmp_path
         results = ingest_landing(store, home, SourceMapping(), T, only=odd[:2])
     assert [(r.batch_id, r.status) for r in results] == [(keys[0], "rejected"), (keys[1], "rejected")]
     assert all("control character or '...'" in r.reason for r in results)
-    through_dagster_path = ingest_batch(home, BANK_VIEWS, keys[2])
+    through_dagster_path = ingest_batches(home, BANK_VIEWS, [keys[2]])[0]
     assert (through_dagster_path.batch_id, through_dagster_path.status) == (keys[2], "rejected")
 
 
