@@ -230,6 +230,20 @@ def _run_document(report: CliRun, views) -> dict:
     }
 
 
+def _where_the_time_went(report, records: int) -> str:
+    """Records per second when the engine's passes and commits are most of the run, the only time that number
+    means something; else where the time went (a small batch's run is mostly Spark's start, Dagster and checks)."""
+    stats = report.projection
+    engine = stats.spark_seconds + stats.commit_seconds
+    if records and report.seconds and engine >= report.seconds / 2:
+        return f" ({records / report.seconds:,.0f} records/s)"
+    parts = {"Spark start": stats.spark_start_seconds, "passes": stats.spark_seconds, "commit": stats.commit_seconds,
+             "publish": stats.publish_seconds}
+    said = [f"{name} {seconds:.1f}s" for name, seconds in parts.items() if seconds >= 0.05]
+    rest = max(0.0, report.seconds - sum(parts.values()))
+    return f" ({', '.join([*said, f'the rest {rest:.1f}s: imports, ingest, Dagster, checks'])})"
+
+
 def _add_views(home: Home, views, names: list[str]) -> None:
     """`inorder run --add-views`: record views the store does not hold yet (and make their tables), the
     explicit act that lets INORDER_VIEWS bring them to a store holding others."""
@@ -246,7 +260,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.add_views:
         _add_views(home, views, args.add_views)
     subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)
-    run = _run_document(run_through_dagster(home, views, args.now), views)
+    report = run_through_dagster(home, views, args.now)
+    run = _run_document(report, views)
     for line in _batch_warnings(run["batches"], subscribed):
         print(f"inorder: warning: {line}", file=sys.stderr)
     if args.json:
@@ -259,10 +274,7 @@ def cmd_run(args: argparse.Namespace) -> None:
                 "resumed": "batches archived earlier but not yet projected (an interrupted run's, or an ingest-only one's)",
                 "caught_up": f"the archive for the added views {', '.join(run['caught_up'])}",
                 "nothing": "nothing new (logical time has not moved since the last entry)"}[run["ran"]]
-        # over the whole run, Spark's start included (`--json`'s views hold each step's seconds)
-        rate = f" ({run['records'] / run['seconds']:,.1f} records/s over those {run['seconds']:.1f}s)" \
-            if run["records"] and run["seconds"] else ""
-        print(f"ran {what} in {run['seconds']:.1f}s{rate}; {plural(run['applied'], 'message')} applied across "
+        print(f"ran {what} in {run['seconds']:.1f}s{_where_the_time_went(report, run['records'])}; {plural(run['applied'], 'message')} applied across "
               f"views; {plural(len(run['dagster_run_ids']), 'Dagster run')}"
               + (f"; {plural(len(rejected), 'file')} rejected" if rejected else "")
               + (f"; {describe_checks(run['checks'])}" if run["checks"] else ""))

@@ -52,7 +52,7 @@ def helpdesk_outside(root: Path) -> Path:
 
 
 def inorder(home: Path, outside: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "helpdesk_views",
+    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "helpdesk_views", "INORDER_SPARK_WARM": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(outside), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=600, cwd=outside)
     assert done.returncode == 0, done.stderr

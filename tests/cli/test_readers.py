@@ -77,7 +77,7 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
     The shop's views (INORDER_VIEWS=shop.views): a user's domain, not the bank's."""
     home = tmp_path / "home"
     generate(home / "landing", GeneratorConfig(events=3000, streams=60, batches=3, seed=5))
-    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views"}
+    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views", "INORDER_SPARK_WARM": "1"}
     assert subprocess.run([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, capture_output=True,
                           timeout=300).returncode == 0
     generate(home / "more", GeneratorConfig(events=3000, streams=60, batches=2, seed=6))
