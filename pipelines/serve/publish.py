@@ -461,11 +461,11 @@ def format_positions(positions: Sequence[Position]) -> list[str]:
 def read_positions(con: duckdb.DuckDBPyConnection, views: Sequence[View], settings: Settings) -> Positions:
     """Each view's published entry against DuckDB's (`inorder status`, the views' metadata, the
     `published` check), or that publishing is not configured, or why PostgreSQL cannot be read."""
-    import psycopg
-
     target = ServeTarget.of(settings)
     if target is None:
         return Positions(configured=False)
+    import psycopg  # half a second of imports that a store without PostgreSQL never needs (`inorder status`)
+
     try:
         with Publisher(target, connect_timeout=5) as publisher:
             return Positions(True, tuple(publisher.positions(con, views)))
