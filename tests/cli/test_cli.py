@@ -29,9 +29,10 @@ def test_generate_run_status_errors_and_clear_failures(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "ran 3 batches" in first.stdout and "ingest 3/3" in first.stderr
     assert "] starting Spark (local[*])…" in first.stderr  # said before the JVM's seconds of silence
-    # 3,000 records: the engine's share is small, so the summary says where the time went, not a rate
-    assert re.search(r"ran 3 batches, 3,000 records in [\d.]+s \(Spark start [\d.]+s, passes [\d.]+s, commit [\d.]+s, "
-                     r"the rest [\d.]+s: imports, ingest, Dagster, checks\);", first.stdout), first.stdout
+    # a rate, or (when the engine's passes are not most of the run: tests/fast/test_run_summary.py) where the time went
+    assert re.search(r"ran 3 batches, [\d,]+ records in [\d.]+s \(([\d,]+ records/s|Spark start [\d.]+s, passes "
+                     r"[\d.]+s, commit [\d.]+s, the rest [\d.]+s: imports, ingest, Dagster, checks)\);", first.stdout), \
+        first.stdout
     tick = cli(home, "run", "--now", "2026-11-02T00:30:00Z")
     assert tick.returncode == 0 and "ran a tick" in tick.stdout
     again = cli(home, "run", "--now", "2026-11-02T00:30:00Z")  # a time already recorded: no second tick
