@@ -120,6 +120,18 @@ def test_run_json_says_what_the_store_holds_and_the_terminal_has_only_progress_l
     assert any("ingest 3/3 batch-00003.jsonl: archived" in line for line in lines)
 
 
+def test_read_commands_load_no_dagster_spark_great_expectations_or_psycopg(shop):
+    """`status`, `errors`, `pending`, `query` and `--help` answer in about a second: none of them imports Dagster,
+    Spark, Great Expectations, or (on a store that does not publish to PostgreSQL) psycopg."""
+    home, env, _ = shop
+    for command in (["status"], ["errors"], ["pending"], ["query", "SELECT 1"], ["--help"]):
+        imported = subprocess.run(
+            [sys.executable, "-c", "import json, sys\nfrom inorder.cli import main\ntry: main(json.loads(sys.argv[1]))\n"
+             "finally: print(sorted(m for m in ('dagster', 'pyspark', 'great_expectations', 'psycopg') "
+             "if m in sys.modules))", json.dumps(command)], env=env, capture_output=True, text=True, check=False)
+        assert imported.stdout.splitlines()[-1] == "[]", (command, imported.stdout[-2000:] + imported.stderr[-2000:])
+
+
 def test_status_json_has_what_status_prints_and_pipes_into_json_tool(shop):
     home, env, _ = shop
     status = inorder(env, "status", "--json")
