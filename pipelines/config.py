@@ -54,7 +54,7 @@ def _flag(name: str, text: str) -> bool | None:
         return None
     if text.lower() not in _TRUE + _FALSE:
         raise ValueError(f"{name} must be 1, 0 or auto, not {text!r}")
-    return _switch(name, text)
+    return text.lower() in _TRUE
 
 
 def _on(name: str, text: str) -> bool:
