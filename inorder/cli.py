@@ -549,11 +549,14 @@ def cmd_spark(args: argparse.Namespace) -> None:
         document = {"running": state is not None, "endpoint": state and state.endpoint, "pid": state and state.pid,
                     "jvm_pid": state and state.jvm_pid, "uptime_seconds": state and round(now - state.started_at, 1),
                     "idle_seconds": state and round(files.idle_seconds(), 1),
-                    "idle_timeout_seconds": state and state.idle_timeout_seconds, "log": str(files.log)}
+                    "idle_timeout_seconds": state and state.idle_timeout_seconds, "log": str(files.log),
+                    "this_build": state and state.build == spark_server.this_build()}
         if args.json:
             _print_json(document)
         elif state:
-            print(f"running: {state.endpoint} (pid {state.pid}), up {document['uptime_seconds']:.0f}s, idle "
+            other = "" if state.build == spark_server.this_build() else \
+                ", of another inorder or venv: the next run replaces it"
+            print(f"running: {state.endpoint} (pid {state.pid}){other}, up {document['uptime_seconds']:.0f}s, idle "
                   f"{document['idle_seconds']:.0f}s of {state.idle_timeout_seconds:.0f}s; log {files.log}")
         else:
             print("not running; " + ("the next run starts one" if home.settings.spark_warm else

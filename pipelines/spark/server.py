@@ -206,16 +206,28 @@ def register_client(files: ServerFiles) -> ServerState | None:
     return state
 
 
+def warm_choice(running: ServerState | None, settings: Settings) -> str:
+    """What a run about to open a session does, given the home's running server: "use" it (it is of this
+    build), "start" one (none is up), "replace" it (it is of another inorder or venv), or "local" (none of
+    this build is up and INORDER_SPARK_WARM is off: Spark of its own). The one decision the run and its
+    progress line share."""
+    if running is not None and running.build == this_build():
+        return "use"
+    if not settings.spark_warm:
+        return "local"
+    return "replace" if running is not None else "start"
+
+
 def server_for_run(files: ServerFiles, settings: Settings) -> ServerState | None:
-    """The home's warm server for a run about to open a session, with this process registered as its client:
-    the one running when it is of this build; else, with INORDER_SPARK_WARM on (the default), a new one (a
-    server of another build, or of a supervisor that died, is replaced). None: none of this build is up and
-    the setting is off, so the run starts Spark of its own."""
+    """The home's warm server for a run about to open a session (warm_choice), with this process registered
+    as its client; None when the run starts Spark of its own. A server of another build, or of a supervisor
+    that died, is replaced."""
     state = register_client(files)
-    if state is not None and state.build == this_build():
+    choice = warm_choice(state, settings)
+    if choice == "use":
         return state
     files.client.unlink(missing_ok=True)
-    if not settings.spark_warm:
+    if choice == "local":
         return None
     start(files, settings.spark_idle_minutes * 60)
     state = register_client(files)

@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from pipelines import faults
 from pipelines.config import Settings
-from pipelines.spark.server import ServerFiles, ServerState, running_state, server_for_run, this_build
+from pipelines.spark.server import ServerFiles, ServerState, running_state, server_for_run, warm_choice
 from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J
 from pipelines.store.versions import own_modules
 
@@ -205,12 +205,13 @@ def starting_line(home: "Home") -> str | None:
     if settings.spark_master:
         return f"starting Spark ({settings.spark_master})…"
     warm = running_state(ServerFiles.of(home.root))
-    if warm is not None and warm.build == this_build():
+    choice = warm_choice(warm, settings)
+    if choice == "use":
         return f"opening a session on the warm Spark server ({warm.endpoint})…"
-    if not settings.spark_warm:
+    if choice == "local":
         return "starting Spark (local[*])…"
-    return (f"{'replacing the Spark server of another inorder or venv' if warm else 'starting a Spark server'} "
-            f"for this home; it stops after {settings.spark_idle_minutes:g} minutes idle (INORDER_SPARK_IDLE_MINUTES; "
+    starting = "replacing the Spark server of another inorder or venv" if choice == "replace" else "starting a Spark server"
+    return (f"{starting} for this home; it stops after {settings.spark_idle_minutes:g} minutes idle (INORDER_SPARK_IDLE_MINUTES; "
             "`inorder spark stop` stops it now)…")
 
 

@@ -215,6 +215,8 @@ def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_
                     str(home)], check=True, env=environment(home), timeout=300)
     foreign = files.read_state()
     assert foreign is not None and foreign.build != this_build()
+    assert "of another inorder or venv: the next run replaces it" in inorder(home, "spark", "status").stdout
+    assert status(home, 0)["this_build"] is False
     land(4)
     said = run(INORDER_SPARK_IDLE_MINUTES="0.25")
     newest = files.read_state()
