@@ -10,6 +10,7 @@ read them, where no argument reaches.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
@@ -30,14 +31,17 @@ def _positive(name: str, text: str) -> int:
     return int(digits)
 
 
-def _seconds(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds, not {text!r}")
-    return value
+def _duration(unit: str, positive: bool = False) -> Callable[[str, str], float]:
+    """The parser of a number of `unit`s (seconds, minutes): 0 or more, or more than 0 when `positive`."""
+    def parse(name: str, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value > 0 if positive else value >= 0):
+            raise ValueError(f"{name} must be a {'positive ' if positive else ''}number of {unit}, not {text!r}")
+        return value
+    return parse
 
 
 def _switch(name: str, text: str) -> bool:
@@ -59,16 +63,6 @@ def _flag(name: str, text: str) -> bool | None:
 
 def _on(name: str, text: str) -> bool:
     return True
-
-
-def _minutes(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise ValueError(f"{name} must be a positive number of minutes, not {text!r}")
-    return value
 
 
 def _spark_conf(name: str, text: str) -> Mapping[str, str]:
@@ -113,7 +107,7 @@ class Settings:
                                 "home's warm Spark server and start one when none is up; 0: a run with no "
                                 "server up starts Spark local[*] of its own", _switch)
     spark_idle_minutes: float = _setting("INORDER_SPARK_IDLE_MINUTES", 15.0, "a warm Spark server stops after this "
-                                         "many minutes with no run", _minutes)
+                                         "many minutes with no run", _duration("minutes", positive=True))
     spark_conf: Mapping[str, str] = _setting("INORDER_SPARK_CONF", {}, "extra Spark settings, a JSON object",
                                              _spark_conf)
     pass_records: int = _setting("INORDER_PASS_RECORDS", DEFAULT_MAX_RECORDS, "the most records a pass takes",
@@ -123,7 +117,7 @@ class Settings:
     duckdb_memory: str | None = _setting("INORDER_DUCKDB_MEMORY", None, "what DuckDB holds in memory before it "
                                          "spills to disk, e.g. 512MiB (the default) or 2GB")
     lock_wait: float = _setting("INORDER_LOCK_WAIT", 120.0, "seconds opening the DuckDB file waits while another "
-                                "process holds it", _seconds)
+                                "process holds it", _duration("seconds"))
     serve_postgres: str | None = _setting("INORDER_SERVE_POSTGRES", None, "a libpq connection string: each commit "
                                           "is published to PostgreSQL (unset: none is)")
     serve_schema: str = _setting("INORDER_SERVE_SCHEMA", "public", "the PostgreSQL schema the views are published to")
