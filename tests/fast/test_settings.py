@@ -71,6 +71,9 @@ def test_each_variable_is_read_into_its_field():
     ("INORDER_SPARK_CONF", "{oops", "INORDER_SPARK_CONF must be a JSON object"),
     ("INORDER_LOCK_WAIT", "soon", "INORDER_LOCK_WAIT must be a number of seconds, not 'soon'"),
     ("INORDER_LOCK_WAIT", "-1", "INORDER_LOCK_WAIT must be a number of seconds"),
+    ("INORDER_SPARK_IDLE_MINUTES", "0", "INORDER_SPARK_IDLE_MINUTES must be a positive number of minutes, not '0'"),
+    ("INORDER_SPARK_IDLE_MINUTES", "soon", "INORDER_SPARK_IDLE_MINUTES must be a positive number of minutes"),
+    ("INORDER_SPARK_WARM", "maybe", "INORDER_SPARK_WARM must be 1 or 0, not 'maybe'"),
 ])
 def test_a_bad_value_is_refused_in_one_line_naming_its_variable(variable, value, words):
     with pytest.raises(ValueError, match=re.escape(words)):
