@@ -15,4 +15,4 @@ fi
 # four workers on 2 cores: the tests wait on JVMs, subprocesses and timers more than they compute (the clean-clone
 # CI on three used 41 % of the two cores); a module's tests kept together (its fixtures are built once); `-n 0`
 # runs in one process
-exec .venv/bin/python -m pytest -m "not long" -n 4 --dist loadfile "${where[@]}" "$@"
+exec .venv/bin/python -m pytest -m "not long" -n 4 --dist loadgroup --no-loadscope-reorder "${where[@]}" "$@"

@@ -37,6 +37,28 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(getattr(pytest.mark, tier))
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.jvm)  # `make mutation` leaves these out: a JVM per mutant is out of reach
+        if _builds_a_module_fixture(item) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=_longest_first)
+
+
+def _builds_a_module_fixture(item) -> bool:
+    """The test uses a fixture its own module builds once for all its tests (a store, a sweep's reference runs):
+    scripts/test.sh's `--dist loadgroup` keeps such a module's tests on one worker, and spreads the others."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    return fixtures is not None and any(
+        definition.scope == "module" and definition.baseid == item.nodeid.split("::")[0]
+        for definitions in fixtures.name2fixturedefs.values() for definition in definitions)
+
+
+def _longest_first(item) -> int:
+    """The workers take tests in collection order: the long ones first (a property test through Spark, then the
+    tiers that start processes), so that no long test starts last while the other workers sit idle."""
+    property_test = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    if property_test and "spark" in getattr(item, "fixturenames", ()):
+        return 0
+    tier = item.path.parent.name
+    return 1 + ("e2e", "cli", "dagster", "engine", "fast").index(tier) if tier in TIERS else len(TIERS) + 1
 
 
 def _stop_servers_under(root) -> None:

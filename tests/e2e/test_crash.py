@@ -18,7 +18,11 @@ def sweep(tmp_path_factory, postgres) -> Sweep:
     return sweep
 
 
-@pytest.mark.parametrize("crash", QUICK, ids=[c.label for c in QUICK])
+# two halves, each on one worker with its own reference runs (the sweep fixture): half the module's time each
+HALVES = [pytest.param(c, id=c.label, marks=pytest.mark.xdist_group(f"crash-{i % 2}")) for i, c in enumerate(QUICK)]
+
+
+@pytest.mark.parametrize("crash", HALVES)
 def test_killed_run_then_rerun_equals_uninterrupted(sweep: Sweep, crash: Crash):
     outcome = sweep.try_rebuild_crash(crash) if crash.rebuild else sweep.try_crash(crash, go_on=crash is QUICK[0])
     assert outcome.killed, "the run was not killed"
