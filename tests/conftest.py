@@ -13,6 +13,7 @@ import pytest
 
 import tests.profiles  # noqa: F401 - registers and loads the Hypothesis profile
 from scripts.cluster import QUICK_JVM
+from tests.command import clean_os_environ
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -82,6 +83,21 @@ def no_server_outlives_its_module(tmp_path_factory):
     """The same for the homes of a module's fixtures (under this worker's base folder)."""
     yield
     _stop_servers_under(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A home of the test's own, its folders made (`home.root` is what an `inorder` command takes)."""
+    from pipelines.store.database import Home
+
+    return Home(tmp_path / "home").ensure()
+
+
+@pytest.fixture
+def clean_env(monkeypatch) -> None:
+    """The test's os.environ without the INORDER_* and DAGSTER_* settings of the run, a user's but for the quick JVM
+    (tests/command.py)."""
+    clean_os_environ(monkeypatch, as_a_user=True)
 
 
 @pytest.fixture(scope="session")

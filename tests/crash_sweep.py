@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import signal
@@ -42,7 +41,8 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
+from tests.command import INORDER, REPO, clean_environment
+
 # columns that hold the wall clock or a generated id: the only ones a re-run may change
 VOLATILE = {"inorder.batches": {"committed_at"}, "inorder.errors": {"error_id"},
             "inorder.view_versions": {"recorded_at"}}
@@ -135,30 +135,25 @@ def stage(staging: Path, seed: int) -> None:
     (staging / "notes.txt").write_text("not a batch\n")
 
 
-def run_env(home: Path, serve: tuple[str, str] | None = None) -> dict[str, str]:
-    """This environment for an `inorder` process on `home`: unarmed, with the home's own Dagster instance,
-    publishing to `serve` (PostgreSQL DSN, schema) when given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_CRASH", "DAGSTER_HOME", "INORDER_SERVE"))}
-    if serve:
-        env["INORDER_SERVE_POSTGRES"], env["INORDER_SERVE_SCHEMA"] = serve
-    return {**env, "INORDER_HOME": str(home)}
+def run_env(home: Path, serve: tuple[str, str] | None = None, views: str | None = None) -> dict[str, str]:
+    """A clean environment for an `inorder` process on `home`: unarmed, with the home's own Dagster instance,
+    publishing to `serve` (PostgreSQL DSN, schema) when given, with `views` of this repository when given."""
+    publish = dict(zip(("INORDER_SERVE_POSTGRES", "INORDER_SERVE_SCHEMA"), serve or ()))
+    return clean_environment(home, views, path=(REPO,) if views else (), **publish)
 
 
 def inorder_run(home: Path, step: Step | None, crash: Crash | None = None,
                 serve: tuple[str, str] | None = None) -> tuple[int, float, str]:
     """`inorder run` at the step's time; with no step, `inorder rebuild` of REBUILT_VIEW, changed."""
-    env = run_env(home, serve)
-    if crash is not None and crash.point is not None:
-        env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
-        env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)
     if step is not None:
-        command = ["run", "--now", step.now]
+        env, command = run_env(home, serve), ["run", "--now", step.now]
     else:
         from tests.bank_changed import VIEWS
 
-        repo = str(Path(__file__).resolve().parents[1])
-        env.update(INORDER_VIEWS=VIEWS, PYTHONPATH=os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p))
-        command = ["rebuild", REBUILT_VIEW]
+        env, command = run_env(home, serve, VIEWS), ["rebuild", REBUILT_VIEW]
+    if crash is not None and crash.point is not None:
+        env["INORDER_CRASH_AT"] = f"{crash.point}:{crash.nth}"
+        env["INORDER_CRASH_DELAY_US"] = str(crash.delay_us)
     started = time.perf_counter()
     proc = subprocess.Popen([INORDER, *command], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -5,7 +5,6 @@ serves every test of the module; each JSON answer is compared with what the stor
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,24 +20,12 @@ from pipelines.registry import load_views
 from pipelines.spark.session import stage_progress
 from pipelines.observe.status import blocked_streams, blocked_streams_markdown
 from pipelines.engine.outcomes import OUTCOME_COLUMNS
+from tests.command import clean_environment, inorder
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"
 SHOP_VIEWS = ("customers", "order_items", "orders", "shop_daily")
 UNKNOWN_VIEW = f"inorder: error: no view named 'nope' (known: {', '.join(SHOP_VIEWS)})"
 PROGRESS_LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S")
-
-
-def environment(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("INORDER_", "DAGSTER_HOME"))}  # no debugging, no PostgreSQL, the home's instance
-    return {**env, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views"}
-
-
-def inorder(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == code, done.stdout + done.stderr
-    return done
 
 
 def as_json(env: dict[str, str], *args: str) -> dict:
@@ -58,7 +45,9 @@ def store_rows(home: Path, sql: str, params: list | None = None) -> list[tuple]:
 def shop(tmp_path_factory) -> tuple[Path, dict[str, str], subprocess.CompletedProcess]:
     """A home made by `inorder init`, three shop batches generated into it, and one `inorder run --json`."""
     home = tmp_path_factory.mktemp("cli") / "home"
-    env = environment(home)
+    # a user's shell: none of the run's INORDER_* settings, not its quick JVM either (the warm server's Spark Connect
+    # session would say on the terminal that it cannot take the JVM's options)
+    env = clean_environment(home, "shop.views", as_a_user=True, INORDER_SPARK_CONF=None)
     created = inorder(env, "init", str(home))
     assert created.stdout.startswith(f"created the inorder home {home}")
     assert (home / "landing").is_dir() and (home / "store.duckdb").exists()
@@ -69,7 +58,7 @@ def shop(tmp_path_factory) -> tuple[Path, dict[str, str], subprocess.CompletedPr
 
 
 def test_generate_numbers_new_batches_on_from_the_highest_in_the_folder(tmp_path):
-    env = environment(tmp_path / "unused")
+    env = clean_environment(tmp_path / "unused", "shop.views", as_a_user=True, INORDER_SPARK_CONF=None)
     landing = tmp_path / "landing"
     shape = ("--domain", "shop", "--out", str(landing), "--events", "50", "--streams", "5")
     assert "(batch-00001.jsonl to batch-00002.jsonl)" in inorder(env, "generate", *shape, "--batches", "2").stdout
@@ -285,7 +274,7 @@ def test_an_unknown_view_or_kind_is_refused_listing_the_known_ones(shop):
 
 def test_a_folder_that_is_not_a_home_is_refused_in_one_line_and_left_alone(tmp_path):
     typo = tmp_path / "hoem"
-    env = environment(typo)
+    env = clean_environment(typo, "shop.views", as_a_user=True, INORDER_SPARK_CONF=None)
     refusal = (f"inorder: error: no inorder home at {typo} (neither {typo / 'landing'} nor {typo / 'store.duckdb'} "
                f"exists): check INORDER_HOME, or create one with `inorder init {typo}`")
     for command in (["run"], ["status"], ["errors"], ["pending"], ["query", "SELECT 1"], ["retry", "--view", "orders",
@@ -295,8 +284,7 @@ def test_a_folder_that_is_not_a_home_is_refused_in_one_line_and_left_alone(tmp_p
 
 
 def test_version_is_the_package_version():
-    done = subprocess.run([INORDER, "--version"], capture_output=True, text=True)
-    assert (done.returncode, done.stdout) == (0, f"inorder {version('inorder')}\n")
+    assert inorder(clean_environment(), "--version").stdout == f"inorder {version('inorder')}\n"
 
 
 def test_stage_progress_says_where_the_spark_job_is(spark):

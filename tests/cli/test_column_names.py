@@ -5,9 +5,6 @@ equals the in-memory kit's replay and a plain-Python computation of the same tab
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,9 +12,7 @@ import duckdb
 
 from pipelines.testing import replay
 from tests.clashing_views import CLASHING
-
-INORDER = str(Path(sys.executable).with_name("inorder"))
-REPO = Path(__file__).resolve().parents[2]
+from tests.command import REPO, clean_environment, inorder
 
 
 def records() -> list[dict]:
@@ -55,15 +50,6 @@ def expected(all_records: list[dict], batch_of: dict[tuple[str, int], str]) -> d
             "totals": sorted(totals.values(), key=lambda row: (row["stream_id"], row["kind"]))}
 
 
-def inorder(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_HOME"))}
-    env.update(INORDER_HOME=str(home), INORDER_VIEWS="tests.clashing_views",
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
 def store_tables(home: Path) -> dict[str, list[dict]]:
     con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
     try:
@@ -86,11 +72,12 @@ def test_a_view_with_the_engines_column_names_runs_through_the_cli_as_replay_and
     second = [r for r in everything if r["seq"] > 3]
     batch_of = {(r["stream_id"], r["seq"]): "b1" if r["seq"] <= 3 else "b2" for r in everything}
     home = tmp_path / "home"
-    inorder(home, "init", str(home))
+    env = clean_environment(home, "tests.clashing_views", path=(REPO,), as_a_user=True)
+    inorder(env, "init", str(home), cwd=REPO)
     (home / "landing" / "b1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first))
-    inorder(home, "run", "--now", "2026-05-01T00:00:00Z")
+    inorder(env, "run", "--now", "2026-05-01T00:00:00Z", cwd=REPO)
     (home / "landing" / "b2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in second))
-    inorder(home, "run", "--now", "2026-05-01T01:00:00Z")
+    inorder(env, "run", "--now", "2026-05-01T01:00:00Z", cwd=REPO)
 
     stored = store_tables(home)
     plain = expected(everything, batch_of)

@@ -8,7 +8,6 @@ fixed, then re-ingested."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,9 +17,9 @@ import dagster as dg
 import pytest
 
 from tests.builders import dep, msg, opened, wd
-from tests.cli.test_cli_scripting import as_json, environment, inorder, store_rows
+from tests.cli.test_cli_scripting import as_json, store_rows
+from tests.command import REPO, clean_environment, inorder
 
-REPO = Path(__file__).resolve().parents[2]
 VIEWS = ("accounts", "account_activity", "daily_totals", "audit")
 FIRST = [opened("acct-1"), dep("acct-1", 2, 50), wd("acct-1", 3, 500),  # insufficient funds: a reject
          opened("acct-2"), dep("acct-2", 3, 10),  # seq 2 never comes: blocked in every view
@@ -44,8 +43,7 @@ OTHER_SHAPE = [second_shape(dep("acct-1", seq, 1)) for seq in (4, 5, 6)] + ["{no
 def scenario(tmp_path_factory):
     home = tmp_path_factory.mktemp("counts") / "home"
     # the subprocesses import tests.counts_views from this repository, wherever they start
-    env = {**environment(home), "INORDER_VIEWS": "views,tests.counts_views",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    env = clean_environment(home, "views,tests.counts_views", path=(REPO,), as_a_user=True)
     inorder(env, "init", str(home))
     (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in FIRST + OTHER_SHAPE))
     (home / "landing" / "broken.parquet").write_bytes(b"not parquet at all")
@@ -240,7 +238,7 @@ def test_checks_says_each_checks_latest_verdict_and_the_message_behind_a_failing
 
 
 def test_checks_on_a_home_no_run_has_checked_says_so(tmp_path):
-    env = environment(tmp_path / "home")
+    env = clean_environment(tmp_path / "home", "shop.views", as_a_user=True)
     inorder(env, "init", str(tmp_path / "home"))
     assert inorder(env, "checks").stdout == (f"no check has been evaluated on {tmp_path / 'home'} yet: `inorder run` "
                                              "evaluates every check after it projects\n")

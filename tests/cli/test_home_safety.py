@@ -24,19 +24,10 @@ from pipelines.observe.status import format_status, read_status, status_document
 from pipelines.serve.publish import Positions
 from pipelines.config import Settings
 from pipelines.store.database import Home, Store
+from tests.command import clean_environment, inorder
 
 ROOT = Path(__file__).resolve().parents[2]
-INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"
-
-
-def environment(home: Path, views: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_HOME"))}
-    return {**env, "INORDER_HOME": str(home), "INORDER_VIEWS": views}
-
-
-def inorder(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=600)
 
 
 def user_home(root: Path) -> dict[str, bytes]:
@@ -80,7 +71,7 @@ def test_a_folder_is_the_demos_only_when_its_marker_says_so(tmp_path):
 
 def test_the_demo_refuses_a_home_it_did_not_make_and_leaves_its_files(tmp_path):
     files = user_home(tmp_path / "mine")
-    env = {**environment(tmp_path / "mine", "loan_views"), "INORDER_DEMO_HOME": str(tmp_path / "mine")}
+    env = clean_environment(tmp_path / "mine", "loan_views", as_a_user=True, INORDER_DEMO_HOME=str(tmp_path / "mine"))
     done = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "holds files the demo did not make" in done.stderr and "left as it is" in done.stderr
@@ -99,8 +90,8 @@ def test_the_ui_serves_an_exported_user_home_as_it_is(tmp_path):
     home = tmp_path / "carrier" / ".inorder"
     files = user_home(home)
     port = _free_port()
-    env = {**environment(home, "views"), "PORT": str(port), "DAGSTER_HOME": str(tmp_path / "dagster"),
-           "INORDER_SPARK_WARM": "0"}  # no warm Spark server: not what this test is about
+    env = clean_environment(home, "views", as_a_user=True, PORT=str(port), DAGSTER_HOME=str(tmp_path / "dagster"),
+                            INORDER_SPARK_WARM="0")  # no warm Spark server: not what this test is about
     ui = subprocess.Popen(["bash", "scripts/ui.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -130,9 +121,7 @@ def test_the_cli_names_the_demo_home_when_there_is_no_home_here(tmp_path):
     demo = tmp_path / ".inorder" / "demo"
     demo.mkdir(parents=True)
     (demo / ".made-by-inorder-demo").write_text("made by scripts/demo.sh")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_HOME"))}
-    done = subprocess.run([INORDER, "status"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1
+    done = inorder(clean_environment(as_a_user=True), "status", code=1, cwd=tmp_path, timeout=120)
     assert done.stderr.strip() == (f"inorder: error: no inorder home at {tmp_path / '.inorder'} (neither "
                                    f"{tmp_path / '.inorder' / 'landing'} nor {tmp_path / '.inorder' / 'store.duckdb'} "
                                    f"exists); the demo's home is {demo}: `export INORDER_HOME={demo}`")
@@ -154,10 +143,10 @@ def store_contents(database: Path) -> dict[str, list]:
 def shop_store(tmp_path_factory) -> Path:
     """A home whose store holds the shop's views, with an archived batch."""
     home = tmp_path_factory.mktemp("views") / "home"
-    env = environment(home, "shop.views")
-    assert inorder(env, "init", str(home)).returncode == 0
-    assert inorder(env, "generate", "--domain", "shop", "--out", str(home / "landing"), "--events", "60",
-                   "--streams", "5", "--batches", "1").returncode == 0
+    env = clean_environment(home, "shop.views", as_a_user=True)
+    inorder(env, "init", str(home))
+    inorder(env, "generate", "--domain", "shop", "--out", str(home / "landing"), "--events", "60", "--streams", "5",
+            "--batches", "1")
     with Store.open(Home.of(Settings(), home), load_views("shop.views")) as store:
         from pipelines.engine.ingest import ingest_landing
         from pipelines.facade import home_source, now_us
@@ -173,8 +162,7 @@ COMMANDS = [("run", "--now", NOW), ("status",), ("errors",), ("pending",), ("ret
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 def test_every_command_refuses_views_the_store_does_not_hold_and_writes_nothing(shop_store, command):
     before = store_contents(shop_store / "store.duckdb")
-    done = inorder(environment(shop_store, "views"), *command)
-    assert done.returncode == 5, done.stdout + done.stderr
+    done = inorder(clean_environment(shop_store, "views", as_a_user=True), *command, code=5)
     assert done.stderr.splitlines()[-1] == (
         "inorder: refused: the store holds the views customers, order_items, orders, shop_daily, but INORDER_VIEWS "
         "loaded account_activity, accounts, daily_totals: none of them is in the store. Set INORDER_VIEWS=shop.views, "
@@ -185,8 +173,7 @@ def test_every_command_refuses_views_the_store_does_not_hold_and_writes_nothing(
 @pytest.mark.parametrize("command", [("run", "--now", NOW), ("status",), ("pending",)], ids=lambda c: c[0])
 def test_views_added_to_a_store_holding_others_are_refused_unless_named(shop_store, command):
     before = store_contents(shop_store / "store.duckdb")
-    done = inorder(environment(shop_store, "shop.views,views"), *command)
-    assert done.returncode == 5, done.stdout + done.stderr
+    done = inorder(clean_environment(shop_store, "shop.views,views", as_a_user=True), *command, code=5)
     assert done.stderr.splitlines()[-1].endswith(
         "account_activity, accounts, daily_totals would be added to it. Add them explicitly with `inorder run "
         "--add-views account_activity,accounts,daily_totals`, or leave them out of INORDER_VIEWS; nothing was written")
@@ -195,8 +182,9 @@ def test_views_added_to_a_store_holding_others_are_refused_unless_named(shop_sto
 
 def test_the_dagster_code_location_refuses_foreign_views_when_it_loads(shop_store):
     # what Dagster does when it loads the location: import the module, then call its `defs`
+    env = clean_environment(shop_store, "views", as_a_user=True)
     done = subprocess.run([sys.executable, "-c", "from inorder.definitions import defs; defs()"], cwd=ROOT, text=True,
-                          capture_output=True, env=environment(shop_store, "views"), timeout=300)
+                          capture_output=True, env=env, timeout=300)
     assert done.returncode != 0
     assert "ViewSetMismatch: the store holds the views customers, order_items, orders, shop_daily, but " \
            "INORDER_VIEWS loaded account_activity, accounts, daily_totals: none of them is in the store" in done.stderr
@@ -204,8 +192,8 @@ def test_the_dagster_code_location_refuses_foreign_views_when_it_loads(shop_stor
 
 def test_adding_and_removing_a_view_are_explicit(tmp_path):
     home = tmp_path / "home"
-    env = environment(home, "shop.views")
-    assert inorder(env, "init", str(home)).returncode == 0
+    env = clean_environment(home, "shop.views", as_a_user=True)
+    inorder(env, "init", str(home))
     views = load_views("shop.views")
     orders = [v for v in views if v.name == "orders"]
     with Store.open(Home.of(Settings(), home), views):
@@ -222,11 +210,10 @@ def test_adding_and_removing_a_view_are_explicit(tmp_path):
                                                                                  "daily_totals"]) as store:
         assert sorted(r[0] for r in store.con.execute("SELECT view FROM inorder.view_versions").fetchall()) == [
             "account_activity", "accounts", "customers", "daily_totals", "order_items", "orders", "shop_daily"]
-    asked = inorder(env, "remove-view", "accounts")
-    assert asked.returncode == 1 and asked.stdout.startswith("would remove view accounts: its tables accounts")
+    asked = inorder(env, "remove-view", "accounts", code=1)
+    assert asked.stdout.startswith("would remove view accounts: its tables accounts")
     assert "main.accounts" in store_contents(home / "store.duckdb")
-    removed = inorder(env, "remove-view", "accounts", "--yes")
-    assert removed.returncode == 0, removed.stderr
+    inorder(env, "remove-view", "accounts", "--yes")
     contents = store_contents(home / "store.duckdb")
     assert "main.accounts" not in contents and "main.account_activity" in contents
     assert not [row for row in contents["inorder.view_versions"] if "'accounts'" in row]
@@ -332,33 +319,30 @@ def datetime_of(text: str):
 
 def test_a_home_records_its_views_so_a_new_shell_needs_nothing_exported(tmp_path):
     home = tmp_path / "home"
-    no_views = {k: v for k, v in environment(home, "").items() if k != "INORDER_VIEWS"}
+    no_views = clean_environment(home, as_a_user=True)
     created = inorder(no_views, "init", str(home), "--views", "shop.views")
-    assert created.returncode == 0, created.stderr
     assert f"recorded its views in {home / 'views.txt'}" in created.stdout
     status = inorder(no_views, "status", "--json")  # a new shell: INORDER_VIEWS unset
-    assert status.returncode == 0, status.stderr
     assert [v["view"] for v in json.loads(status.stdout)["views"]] == ["customers", "order_items", "orders", "shop_daily"]
-    refused = inorder({**no_views, "INORDER_VIEWS": "views"}, "status")  # the variable wins, and is refused
-    assert refused.returncode == 5 and "the store holds the views customers, order_items, orders, shop_daily" in refused.stderr
-    other = inorder(no_views, "init", str(home), "--views", "views")
-    assert other.returncode == 1 and "records the views 'shop.views', not 'views'" in other.stderr
+    refused = inorder({**no_views, "INORDER_VIEWS": "views"}, "status", code=5)  # the variable wins, and is refused
+    assert "the store holds the views customers, order_items, orders, shop_daily" in refused.stderr
+    other = inorder(no_views, "init", str(home), "--views", "views", code=1)
+    assert "records the views 'shop.views', not 'views'" in other.stderr
     assert (home / "views.txt").read_text().splitlines()[-1] == "shop.views"
 
 
 def test_mistyped_arguments_get_the_clis_own_line_with_a_suggestion(shop_store):
-    env = environment(shop_store, "shop.views")
-    typo = inorder(env, "stauts")
-    assert typo.returncode == 2 and typo.stderr.splitlines()[-1].endswith(
-        "did you mean 'status'? (`inorder --help` lists the options)")
-    negative = inorder(env, "errors", "--limit", "-1")
-    assert negative.returncode == 2 and negative.stderr.splitlines()[-1] == \
+    env = clean_environment(shop_store, "shop.views", as_a_user=True)
+    typo = inorder(env, "stauts", code=2)
+    assert typo.stderr.splitlines()[-1].endswith("did you mean 'status'? (`inorder --help` lists the options)")
+    negative = inorder(env, "errors", "--limit", "-1", code=2)
+    assert negative.stderr.splitlines()[-1] == \
         "inorder errors: error: argument --limit: -1 is negative: give 0 or more " \
         "(`inorder errors --help` lists the options)"
-    batch = inorder(env, "errors", "--batch", "nosuch")
-    assert batch.returncode == 1 and batch.stderr.splitlines()[-1] == \
+    batch = inorder(env, "errors", "--batch", "nosuch", code=1)
+    assert batch.stderr.splitlines()[-1] == \
         "inorder: error: no batch 'nosuch' in the ingest log (`inorder status` lists the batches)"
-    view = inorder(env, "pending", "--view", "orderz")
-    assert view.returncode == 1 and view.stderr.splitlines()[-1] == (
+    view = inorder(env, "pending", "--view", "orderz", code=1)
+    assert view.stderr.splitlines()[-1] == (
         "inorder: error: no view named 'orderz'; did you mean 'orders'? (known: customers, order_items, orders, "
         "shop_daily)")

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import duckdb
 
+from tests.command import INORDER, REPO, clean_environment, inorder
 from tests.helpdesk_views import HELPDESK
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
-REPO = Path(__file__).resolve().parents[2]
 START = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)
 
 
@@ -51,14 +50,6 @@ def helpdesk_outside(root: Path) -> Path:
     return outside
 
 
-def inorder(home: Path, outside: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "helpdesk_views", "INORDER_SPARK_WARM": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(outside), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=600, cwd=outside)
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 def tables(home: Path) -> dict[str, list[tuple]]:
     con = duckdb.connect(str(home / "store.duckdb"), read_only=True)
     try:
@@ -74,18 +65,20 @@ def test_a_module_outside_the_repository_runs_through_the_cli_the_same_in_one_ru
     one = tmp_path / "one"
     (one / "landing").mkdir(parents=True)
     (one / "landing" / "all.jsonl").write_text("\n".join(lines) + "\n")
-    ran = inorder(one, outside, "run", "--now", "2026-03-05T00:00:00Z")
+    ran = inorder(clean_environment(one, "helpdesk_views", path=(outside,), INORDER_SPARK_WARM="1"), "run", "--now",
+                  "2026-03-05T00:00:00Z", cwd=outside)
     assert "ran 1 batch," in ran.stdout
 
     many = tmp_path / "many"
+    env = clean_environment(many, "helpdesk_views", path=(outside,), INORDER_SPARK_WARM="1")
     (many / "landing").mkdir(parents=True)
     for i, part in enumerate((lines[10:], lines[4:10], lines[:4]), start=1):  # later seqs first
         (many / "landing" / f"part-{i}.jsonl").write_text("\n".join(part) + "\n")
-        inorder(many, outside, "run", "--now", f"2026-03-05T00:0{i}:00Z")
+        inorder(env, "run", "--now", f"2026-03-05T00:0{i}:00Z", cwd=outside)
         (many / "landing" / f"part-{i}.jsonl").rename(many / f"part-{i}.done")  # the next run brings the next file
 
     assert tables(many) == tables(one)
-    status = inorder(many, outside, "status").stdout
+    status = inorder(env, "status", cwd=outside).stdout
     assert re.search(r"^helpdesk\s+\d", status, re.M)
     con = duckdb.connect(str(many / "store.duckdb"), read_only=True)
     try:
@@ -139,7 +132,7 @@ def test_the_readme_tutorial_runs_as_written(tmp_path):
     delivered = {"stream_id": "s1", "stream_type": "shipment", "seq": 2, "type": "Delivered",
                  "occurred_at": "2026-11-03T09:00:00+00:00"}
     (user / "exports" / "shipments-001.jsonl").write_text(f"{json.dumps(delivered)}\n{json.dumps(sent)}\n")
-    shell_env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_HOME", "PYTHONPATH"))}
+    shell_env = {k: v for k, v in clean_environment(as_a_user=True).items() if k != "PYTHONPATH"}
     done = subprocess.run(["bash", "-euc", step3], cwd=REPO, env={**shell_env, "HOME": str(user)},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -31,9 +30,9 @@ import psycopg
 
 from pipelines.testing import replay
 from demos.shop import GeneratorConfig, generate
+from tests.command import clean_environment, inorder
 from tests.domains import SHOP_VIEWS
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
 TABLES = {v.name: [t.name for t in v.tables] for v in SHOP_VIEWS}
 COLUMNS = {t.name: list(t.columns) for v in SHOP_VIEWS for t in v.tables}
 KEYS = {t.name: t.primary_key[0] for v in SHOP_VIEWS for t in v.tables}
@@ -88,11 +87,9 @@ def expected_after(batches: list[Path]) -> dict[str, str]:
 
 def query_sample(env: dict, table: str, view: str) -> tuple[int, str]:
     """(the view's newest DuckDB entry, the table's digest), read in one `inorder query`."""
-    done = subprocess.run(
-        [INORDER, "query", f"SELECT e.entry, t.* FROM (SELECT max(entry_idx) AS entry FROM inorder.batches "
-                           f"WHERE view = '{view}') e LEFT JOIN \"{table}\" t ON true", "--format", "json"],
-        env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = inorder(env, "query", f"SELECT e.entry, t.* FROM (SELECT max(entry_idx) AS entry FROM inorder.batches "
+                                 f"WHERE view = '{view}') e LEFT JOIN \"{table}\" t ON true", "--format", "json",
+                   timeout=300)
     rows = json.loads(done.stdout)
     rows = [r for r in rows if r[KEYS[table]] is not None]  # the LEFT JOIN's row for an empty table
     entry = json.loads(done.stdout)[0]["entry"]
@@ -105,20 +102,17 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
     batches = generate(staging, GeneratorConfig(events=2000, streams=40, batches=5, disorder=0.2, duplicates=0.05,
                                                 gaps=0.0, poison=0.01, seed=21))
     expected = {k: expected_after(batches[:k]) for k in range(1, len(batches) + 1)}
-    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views", "INORDER_SPARK_WARM": "1",
-           "INORDER_SERVE_POSTGRES": postgres, "INORDER_SERVE_SCHEMA": schema}  # warm, as a user's runs are
-    env.pop("DAGSTER_HOME", None)
+    env = clean_environment(home, "shop.views", INORDER_SPARK_WARM="1",  # warm, as a user's runs are
+                            INORDER_SERVE_POSTGRES=postgres, INORDER_SERVE_SCHEMA=schema)
     (home / "landing").mkdir(parents=True)
 
-    def inorder_run(k: int, **extra: str) -> subprocess.CompletedProcess:
+    def inorder_run(k: int, code: int = 0, **extra: str) -> subprocess.CompletedProcess:
         path = batches[k - 1] if k <= len(batches) else None
         if path is not None:
             path.rename(home / "landing" / path.name)
-        return subprocess.run([INORDER, "run", "--now", f"2026-11-02T00:{k:02d}:00Z"], env={**env, **extra},
-                              capture_output=True, text=True, timeout=600)
+        return inorder({**env, **extra}, "run", "--now", f"2026-11-02T00:{k:02d}:00Z", code=code)
 
-    first = inorder_run(1)
-    assert first.returncode == 0, first.stderr
+    inorder_run(1)
 
     stop = tmp_path / "stop"
     samples_path = tmp_path / "pg-samples.jsonl"
@@ -138,13 +132,12 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
     querying = threading.Thread(target=query_loop)
     querying.start()
     try:
-        runs = [inorder_run(k) for k in (2, 3)]
+        for k in (2, 3):
+            inorder_run(k)
     finally:
         stop.touch()
         querying.join(timeout=300)
         reader.wait(timeout=60)
-    for run in runs:
-        assert run.returncode == 0, run.stderr
 
     samples = [json.loads(line) for line in samples_path.read_text().splitlines()]
     assert samples and not [s for s in samples if "error" in s][:1]
@@ -163,8 +156,7 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
         last[table] = entry
 
     # operating it: where each view's publication stands, in the CLI and as a Dagster check
-    status = subprocess.run([INORDER, "status"], env=env, capture_output=True, text=True, timeout=300)
-    assert status.returncode == 0, status.stderr
+    status = inorder(env, "status", timeout=300)
     for view in TABLES:
         assert f"{view}: published to PostgreSQL up to entry 3, current" in status.stdout, status.stdout
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
@@ -176,17 +168,14 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
             assert metadata["published_entry"].value == 3 and metadata["published_behind_entries"].value == 0
 
     # killed between the DuckDB commit and the publication of its second view: caught up by `inorder publish`
-    killed = inorder_run(4, INORDER_CRASH_AT="publish.staged:2")
-    assert killed.returncode == -9, killed.stderr
-    status = subprocess.run([INORDER, "status"], env=env, capture_output=True, text=True, timeout=300)
+    inorder_run(4, code=-9, INORDER_CRASH_AT="publish.staged:2")
+    status = inorder(env, "status", timeout=300)
     behind = [line for line in status.stdout.splitlines() if "1 entries behind DuckDB (entry 4)" in line]
     assert len(behind) == len(TABLES) - 1, status.stdout  # the first view was published before the kill
-    caught_up = subprocess.run([INORDER, "publish"], env=env, capture_output=True, text=True, timeout=300)
-    assert caught_up.returncode == 0, caught_up.stderr
+    caught_up = inorder(env, "publish", timeout=300)
     assert caught_up.stdout.count("(catch-up") == len(TABLES) - 1, caught_up.stdout
-    full = subprocess.run([INORDER, "publish", "--full", "orders"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert full.returncode == 0 and "orders to entry 4 (full" in full.stdout, full
+    full = inorder(env, "publish", "--full", "orders", timeout=300)
+    assert "orders to entry 4 (full" in full.stdout, full
     with psycopg.connect(postgres) as pg:
         pg.execute("SET TimeZone = 'UTC'")
         assert dict(pg.execute(f'SELECT view, entry_idx FROM "{schema}".inorder_published').fetchall()) == \
@@ -197,9 +186,8 @@ def test_readers_of_postgres_and_duckdb_see_only_whole_commits_and_operators_see
                 assert digest(rows) == expected[4][name], name
 
     # PostgreSQL unreachable: the run commits to DuckDB, then fails with one line saying so
-    down = inorder_run(5, INORDER_SERVE_POSTGRES=re.sub(r"port=\d+", "port=1", postgres))
-    assert down.returncode == 1
+    down = inorder_run(5, code=1, INORDER_SERVE_POSTGRES=re.sub(r"port=\d+", "port=1", postgres))
     assert down.stderr.strip().splitlines()[-1].startswith(
         "inorder: error: publishing to PostgreSQL failed: cannot connect to PostgreSQL"), down.stderr
-    status = subprocess.run([INORDER, "status"], env=env, capture_output=True, text=True, timeout=300)
+    status = inorder(env, "status", timeout=300)
     assert status.stdout.count("1 entries behind DuckDB (entry 5)") == len(TABLES), status.stdout

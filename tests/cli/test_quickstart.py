@@ -5,12 +5,11 @@ and it generates 2,000 events (the script's EVENTS) rather than 50,000, to stay 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.command import REPO, clean_environment
 
 
 def demo_quickstart() -> tuple[str, list[str]]:
@@ -25,8 +24,9 @@ def demo_quickstart() -> tuple[str, list[str]]:
 
 
 def shell(script: str, home: Path, **env: str) -> subprocess.CompletedProcess:
-    """`script` in bash from the repository's root, as a user with a fresh $HOME and no inorder variables."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "VIRTUAL_ENV", "DAGSTER_"))}
+    """`script` in bash from the repository's root, as a user with a fresh $HOME, no venv activated and no inorder
+    variables (but the tests' quick JVM)."""
+    clean = {k: v for k, v in clean_environment(as_a_user=True).items() if not k.startswith("VIRTUAL_ENV")}
     done = subprocess.run(["bash", "-c", script], cwd=REPO, env={**clean, "HOME": str(home), **env},
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

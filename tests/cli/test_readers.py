@@ -6,7 +6,6 @@ line only after INORDER_LOCK_WAIT."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -21,8 +20,7 @@ from pipelines.config import Settings
 
 from pipelines.store.database import StoreBusy, connect
 from demos.shop import GeneratorConfig, generate
-
-INORDER = str(Path(sys.executable).with_name("inorder"))
+from tests.command import clean_environment, inorder
 
 
 def hold(path: Path, seconds: float, read_only: bool) -> subprocess.Popen:
@@ -77,9 +75,8 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
     The shop's views (INORDER_VIEWS=shop.views): a user's domain, not the bank's."""
     home = tmp_path / "home"
     generate(home / "landing", GeneratorConfig(events=3000, streams=60, batches=3, seed=5))
-    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views", "INORDER_SPARK_WARM": "1"}
-    assert subprocess.run([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, capture_output=True,
-                          timeout=300).returncode == 0
+    env = clean_environment(home, "shop.views", INORDER_SPARK_WARM="1")
+    inorder(env, "run", "--now", "2026-11-02T00:00:00Z", timeout=300)
     generate(home / "more", GeneratorConfig(events=3000, streams=60, batches=2, seed=6))
     for i, path in enumerate(sorted((home / "more").iterdir()), start=1):
         path.rename(home / "landing" / f"more-{i}.jsonl")
@@ -103,9 +100,7 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
 
     def queries() -> None:
         while not stop.is_set():
-            done = subprocess.run([INORDER, "query", "SELECT count(*) AS n FROM inorder.batches", "--format", "csv"],
-                                  env=env, capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stderr
+            done = inorder(env, "query", "SELECT count(*) AS n FROM inorder.batches", "--format", "csv", timeout=300)
             counts.append(int(done.stdout.splitlines()[1]))
 
     readers = [threading.Thread(target=dashboard), threading.Thread(target=queries)]
@@ -114,15 +109,13 @@ def test_a_dashboard_reading_every_moment_never_fails_a_run_and_query_always_ans
     try:
         time.sleep(1.0)  # the readers are busy before the run starts
         running.set()
-        run = subprocess.run([INORDER, "run", "--now", "2026-11-02T00:05:00Z"], env=env, capture_output=True,
-                             text=True, timeout=600)
+        run = inorder(env, "run", "--now", "2026-11-02T00:05:00Z")
         running.clear()
         time.sleep(1.0)
     finally:
         stop.set()
         for t in readers:
             t.join(timeout=120)
-    assert run.returncode == 0, run.stderr
     assert "ran 2 batches" in run.stdout
     assert "waiting for store.duckdb: held by" in run.stderr  # the readers did get in the run's way
     assert opened[0] > 0 and counts and counts == sorted(counts)  # answers, never going back

@@ -17,8 +17,8 @@ from pipelines import registry
 from pipelines.registry import ViewDeclarationError, load_views, module_sources, view_module_names
 from pipelines.config import Settings
 from pipelines.store.database import RESERVED_TABLE_NAMES, Home
+from tests.command import clean_environment, inorder
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
 _names = (f"userviews{i}" for i in itertools.count())  # a fresh module name per use: imports are cached
 
 # declared as a user does now, so the CLI says no deprecation before its one-line refusal
@@ -164,12 +164,9 @@ def test_the_cli_refuses_bad_views_in_one_line_and_writes_nothing(tmp_path):
     outside.mkdir()
     (outside / "clash_views.py").write_text(view_source("one", "shared") + view_source("two", "shared", name="B"))
     home = tmp_path / "home"
-    env = {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": "clash_views",
-           "PYTHONPATH": os.pathsep.join([str(outside), os.environ.get("PYTHONPATH", "")])}
-    env.pop("INORDER_DEBUG", None)
+    env = clean_environment(home, "clash_views", path=(outside,))
     for command in (["run"], ["status"], ["rebuild", "one"], ["retry", "--view", "one", "--all"]):
-        done = subprocess.run([INORDER, *command], env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done
+        done = inorder(env, *command, code=1, timeout=120)
         assert done.stderr.strip().splitlines() == [
             "inorder: error: views 'one' (clash_views) and 'two' (clash_views) both declare table 'shared': "
             "a table belongs to one view"], done.stderr

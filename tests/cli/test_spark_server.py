@@ -21,31 +21,23 @@ import pytest
 
 from pipelines.spark.server import ServerFiles, process_alive, process_parents, this_build
 from pipelines.store.database import Home
+from tests.command import INORDER, clean_environment, inorder
 from tests.domains import SHOP_VIEWS
 from tests.harness import assert_same_store, read_store
 
 # a JVM server and five runs: about a minute on 2 cores, in `.ci/run`
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
 NOW = "2026-11-02T00:00:00Z"
 
 
-def environment(home: Path, **settings: str) -> dict[str, str]:
-    """A user's: no master set, warm by default (the test run's INORDER_SPARK_WARM=0 is left out), and `settings`."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("INORDER_", "DAGSTER_HOME")) or k == "INORDER_SPARK_CONF"}
-    return {**env, "INORDER_HOME": str(home), "INORDER_VIEWS": "shop.views", **settings}
-
-
-def inorder(home: Path, *args: str, code: int = 0, **settings: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([INORDER, *args], env=environment(home, **settings), capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == code, done.stdout + done.stderr
-    return done
+def shop(home: Path, **settings: str) -> dict[str, str]:
+    """The environment of `inorder` on `home` with the shop's views, a user's: no master set, warm by default (the
+    test run's INORDER_SPARK_WARM=0 is left out), and `settings`."""
+    return clean_environment(home, "shop.views", as_a_user=True, **settings)
 
 
 def status(home: Path, code: int) -> dict:
-    return json.loads(inorder(home, "spark", "status", "--json", code=code).stdout)
+    return json.loads(inorder(shop(home), "spark", "status", "--json", code=code).stdout)
 
 
 def _is_java(pid: int) -> bool:
@@ -71,7 +63,7 @@ def _daemons_serving(jvm_pid: int, client_pid: int) -> set[int]:
 def watched_run(home: Path, jvm_pid: int | None = None, **settings: str) -> tuple[bool, set[int]]:
     """`inorder run` on `home`, watched while it runs: (did it start a JVM of its own, the warm
     server's Python daemons that served it)."""
-    process = subprocess.Popen([INORDER, "run", "--now", NOW, "--json"], env=environment(home, **settings),
+    process = subprocess.Popen([INORDER, "run", "--now", NOW, "--json"], env=shop(home, **settings),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     own_jvm, daemons = False, set()
     while process.poll() is None:
@@ -107,24 +99,24 @@ def homes(tmp_path_factory) -> Iterator[tuple[Path, Path]]:
     No server outlives the module, whatever fails."""
     root = tmp_path_factory.mktemp("spark-server")
     warm, local = root / "warm", root / "local"
-    inorder(warm, "init", str(warm))
-    inorder(warm, "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "900", "--streams",
+    inorder(shop(warm), "init", str(warm))
+    inorder(shop(warm), "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "900", "--streams",
             "25", "--batches", "3", "--gaps", "0.05", "--poison", "0.02", "--disorder", "0.2", "--seed", "5")
-    inorder(local, "init", str(local))
+    inorder(shop(local), "init", str(local))
     for batch in (warm / "landing").iterdir():
         shutil.copy(batch, local / "landing")
     yield warm, local
-    inorder(warm, "spark", "stop")
+    inorder(shop(warm), "spark", "stop")
 
 
 def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_stops(homes):
     warm, local = homes
     assert status(warm, code=3)["running"] is False
     local_run = ThreadPoolExecutor(1).submit(watched_run, local, INORDER_SPARK_WARM="0")  # while the server starts
-    started = inorder(warm, "spark", "start")
+    started = inorder(shop(warm), "spark", "start")
     endpoint = started.stdout.strip()
     assert endpoint.startswith("sc://127.0.0.1:")
-    assert inorder(warm, "spark", "start").stdout.startswith(f"already running: {endpoint}")
+    assert inorder(shop(warm), "spark", "start").stdout.startswith(f"already running: {endpoint}")
     server = status(warm, code=0)
     assert server["running"] and server["endpoint"] == endpoint and server["idle_timeout_seconds"] == 15 * 60
 
@@ -134,19 +126,19 @@ def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_sto
     assert local_run.result(timeout=300)[0], "the run with no server for its home started no JVM"
     assert_same_store(read_store(Home(warm), SHOP_VIEWS), read_store(Home(local), SHOP_VIEWS))
     # a second run of the same code reattaches to its code version's session: the same warm daemon serves it
-    inorder(warm, "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "100", "--streams",
+    inorder(shop(warm), "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "100", "--streams",
             "5", "--batches", "1", "--seed", "7", "--prefix", "more")
     _, again = watched_run(warm, server["jvm_pid"])
     assert again and again <= daemons, "the second run of the same code did not reuse the warm session"
 
-    stopped = inorder(warm, "spark", "stop")
+    stopped = inorder(shop(warm), "spark", "stop")
     assert stopped.stdout.startswith(f"stopped the warm Spark server {endpoint}")
     assert gone(server["pid"], server["jvm_pid"], *daemons, within=5)
     assert not (warm / "spark" / "server.json").exists()
     assert status(warm, code=3)["running"] is False
-    assert inorder(warm, "spark", "stop").stdout.startswith("no warm Spark server is running")
+    assert inorder(shop(warm), "spark", "stop").stdout.startswith("no warm Spark server is running")
 
-    inorder(warm, "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "100", "--streams",
+    inorder(shop(warm), "generate", "--domain", "shop", "--out", str(warm / "landing"), "--events", "100", "--streams",
             "5", "--batches", "1", "--seed", "6")
     own_jvm, _ = watched_run(warm, INORDER_SPARK_WARM="0")
     assert own_jvm, "with the server stopped and INORDER_SPARK_WARM=0, the run did not start Spark local[*]"
@@ -155,14 +147,14 @@ def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_sto
 
 def test_an_idle_server_stops_by_itself(tmp_path):
     home = tmp_path / "home"
-    inorder(home, "init", str(home))
-    inorder(home, "spark", "start", "--idle-timeout", "0.05")  # 3 s
+    inorder(shop(home), "init", str(home))
+    inorder(shop(home), "spark", "start", "--idle-timeout", "0.05")  # 3 s
     state = ServerFiles.of(home).read_state()
     try:
         assert state is not None and state.idle_timeout_seconds == pytest.approx(3)
         assert gone(state.pid, state.jvm_pid, within=45), "the idle server is still running"
     finally:
-        inorder(home, "spark", "stop")
+        inorder(shop(home), "spark", "stop")
     assert status(home, code=3)["running"] is False
     assert "stopping: idle for" in (home / "spark" / "server.log").read_text()
 
@@ -170,17 +162,17 @@ def test_an_idle_server_stops_by_itself(tmp_path):
 def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_or_of_another_build(tmp_path):
     home, cold, other = tmp_path / "home", tmp_path / "cold", tmp_path / "other"
     for h in (home, cold, other):
-        inorder(h, "init", str(h))
+        inorder(shop(h), "init", str(h))
     files = ServerFiles.of(home)
 
     def land(seed: int) -> None:  # the same batch into the home and into the cold home it is compared with
         for h in (home, cold):
-            inorder(h, "generate", "--domain", "shop", "--out", str(h / "landing"), "--events", "300", "--streams",
-                    "10", "--batches", "1", "--gaps", "0.05", "--poison", "0.02", "--seed", str(seed), "--prefix",
-                    f"b{seed}-")
+            inorder(shop(h), "generate", "--domain", "shop", "--out", str(h / "landing"), "--events", "300",
+                    "--streams", "10", "--batches", "1", "--gaps", "0.05", "--poison", "0.02", "--seed", str(seed),
+                    "--prefix", f"b{seed}-")
 
     def run(**settings: str) -> str:
-        return inorder(home, "run", "--now", NOW, **settings).stderr
+        return inorder(shop(home, **settings), "run", "--now", NOW).stderr
 
     land(1)
     first = run()
@@ -194,9 +186,9 @@ def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_
     assert files.read_state() == server
 
     # a master that is set is used as it is: a run of another home on this server starts none for its own
-    inorder(other, "generate", "--domain", "shop", "--out", str(other / "landing"), "--events", "100",
+    inorder(shop(other), "generate", "--domain", "shop", "--out", str(other / "landing"), "--events", "100",
             "--streams", "5", "--batches", "1", "--seed", "9")
-    elsewhere = inorder(other, "run", "--now", NOW, INORDER_SPARK_MASTER=server.endpoint)
+    elsewhere = inorder(shop(other, INORDER_SPARK_MASTER=server.endpoint), "run", "--now", NOW)
     assert "starting a Spark server" not in elsewhere.stderr and not (other / "spark").exists()
     assert files.read_state() == server
 
@@ -207,15 +199,15 @@ def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_
     assert "starting a Spark server for this home" in run()
     replacement = files.read_state()
     assert replacement is not None and replacement.pid != server.pid
-    inorder(home, "spark", "stop")
+    inorder(shop(home), "spark", "stop")
 
     # a server of another build (another venv or inorder version) is replaced, never used
     subprocess.run([sys.executable, "-c", "import sys, pathlib; from pipelines.spark.server import ServerFiles, start; "
                     "start(ServerFiles.of(pathlib.Path(sys.argv[1])), 900, build='/another/venv/bin/python 0123456789abcdef')",
-                    str(home)], check=True, env=environment(home), timeout=300)
+                    str(home)], check=True, env=shop(home), timeout=300)
     foreign = files.read_state()
     assert foreign is not None and foreign.build != this_build()
-    assert "of another inorder or venv: the next run replaces it" in inorder(home, "spark", "status").stdout
+    assert "of another inorder or venv: the next run replaces it" in inorder(shop(home), "spark", "status").stdout
     assert status(home, 0)["this_build"] is False
     land(4)
     said = run(INORDER_SPARK_IDLE_MINUTES="0.25")
@@ -227,7 +219,7 @@ def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_
 
     # every batch once, whatever served it: the views one cold local[*] run of the same batches gives (the engine's
     # tables keep how the batches were split into passes)
-    inorder(cold, "run", "--now", NOW, INORDER_SPARK_WARM="0")
+    inorder(shop(cold, INORDER_SPARK_WARM="0"), "run", "--now", NOW)
     tables = {t.name for v in SHOP_VIEWS for t in v.tables}
     warm_views, cold_views = ({name: rows for name, rows in read_store(Home(h), SHOP_VIEWS).items() if name in tables}
                               for h in (home, cold))

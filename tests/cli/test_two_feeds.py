@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 from tests.builders import dep, opened, wd
-from tests.cli.test_cli_scripting import as_json, environment, inorder, store_rows
+from tests.cli.test_cli_scripting import as_json, store_rows
+from tests.command import clean_environment, inorder
 
 SOURCES = {"sources": [
     {"match": "branch-*.jsonl"},  # the default record shape
@@ -26,7 +27,7 @@ def partner_shape(line: str) -> str:
 
 def test_two_feeds_of_different_shapes_reach_the_views_and_a_file_no_source_takes_is_refused(tmp_path):
     home = tmp_path / "home"
-    env = {**environment(home), "INORDER_VIEWS": "views"}
+    env = clean_environment(home, "views", as_a_user=True)
     inorder(env, "init", str(home))
     (home / "source.json").write_text(json.dumps(SOURCES))
     (home / "landing" / "branch-01.jsonl").write_text("".join(

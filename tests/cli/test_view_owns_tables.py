@@ -6,11 +6,8 @@ the real `inorder` command, with a ride-hailing view of the user's own in a fold
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -22,8 +19,8 @@ from pipelines.registry import ViewDeclarationError, load_views
 from pipelines.store.database import Home, Store
 from pipelines.store.versions import ViewSetMismatch
 from tests.cli.test_home_safety import store_contents
+from tests.command import clean_environment, inorder
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
 FIRST, SECOND = "2026-11-20T10:00:00Z", "2026-11-20T11:00:00Z"
 TABLES = ("trips", "driver_daily")
 
@@ -75,13 +72,6 @@ def views_folder(root: Path, view_name: str) -> Path:
     return root
 
 
-def inorder(home: Path, views: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_HOME"))}
-    env.update(INORDER_HOME=str(home), INORDER_VIEWS="ride_views",
-               PYTHONPATH=os.pathsep.join(p for p in (str(views), env.get("PYTHONPATH")) if p))
-    return subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=600, cwd=views)
-
-
 def land(home: Path, *names: str) -> None:
     (home / "landing").mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -113,22 +103,22 @@ def rides_home(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("rides")
     home, views = root / "home", views_folder(root / "views", "rides")
     land(home, "rides-1.jsonl")
-    ran = inorder(home, views, "run", "--now", FIRST)
-    assert ran.returncode == 0, ran.stderr
+    inorder(clean_environment(home, "ride_views", path=(views,), as_a_user=True), "run", "--now", FIRST, cwd=views)
     return home
 
 
-def renamed_copy(rides_home: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the rides home, and a module in which the user renamed `rides` to `ride_trips`."""
+def renamed_copy(rides_home: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A copy of the rides home, a module in which the user renamed `rides` to `ride_trips`, and the environment
+    that loads it (run `inorder` from its folder, as the user would)."""
     home = tmp_path / "home"
     shutil.copytree(rides_home, home)
-    return home, views_folder(tmp_path / "views", "ride_trips")
+    views = views_folder(tmp_path / "views", "ride_trips")
+    return home, views, clean_environment(home, "ride_views", path=(views,), as_a_user=True)
 
 
 def test_a_renamed_view_is_renamed_in_the_store_with_no_replay_and_ends_as_a_single_view_run(rides_home, tmp_path):
-    home, views = renamed_copy(rides_home, tmp_path)
-    refused = inorder(home, views, "status")
-    assert refused.returncode == 5, refused.stdout + refused.stderr
+    home, views, env = renamed_copy(rides_home, tmp_path)
+    refused = inorder(env, "status", code=5, cwd=views)
     assert refused.stderr.splitlines()[-1] == (
         "inorder: refused: the store holds the views rides, but INORDER_VIEWS loaded ride_trips: none of them is in "
         "the store. If ride_trips is rides renamed (it declares the same tables), `inorder rename-view rides "
@@ -136,19 +126,17 @@ def test_a_renamed_view_is_renamed_in_the_store_with_no_replay_and_ends_as_a_sin
         "declare it again, or take it out of the store with `inorder remove-view rides` (or point INORDER_HOME at the "
         "right home); nothing was written")
 
-    renamed = inorder(home, views, "rename-view", "rides", "ride_trips")
-    assert renamed.returncode == 0, renamed.stderr
+    renamed = inorder(env, "rename-view", "rides", "ride_trips", cwd=views)
     assert renamed.stdout.startswith("renamed view rides to ride_trips in the store"), renamed.stdout
     assert query(home, "SELECT DISTINCT view FROM inorder.batches") == [("ride_trips",)]  # the ledger's history
     land(home, "rides-2.jsonl")
-    ran = inorder(home, views, "run", "--now", SECOND)
-    assert ran.returncode == 0, ran.stderr
+    ran = inorder(env, "run", "--now", SECOND, cwd=views)
     assert "ran 1 batch," in ran.stdout  # the first batch is not replayed
-    assert inorder(home, views, "status").returncode == 0
+    inorder(env, "status", cwd=views)
 
     single = tmp_path / "single"
     land(single, "rides-1.jsonl", "rides-2.jsonl")
-    assert inorder(single, views, "run", "--now", SECOND).returncode == 0
+    inorder(clean_environment(single, "ride_views", path=(views,), as_a_user=True), "run", "--now", SECOND, cwd=views)
     assert projection(home) == projection(single)
     assert query(home, "SELECT fare FROM trips WHERE trip_id = 'trip-1'") == [(18.6,)]
     assert query(home, "SELECT view, batch_id, applied FROM inorder.batches ORDER BY entry_idx") == [
@@ -157,11 +145,10 @@ def test_a_renamed_view_is_renamed_in_the_store_with_no_replay_and_ends_as_a_sin
 
 
 def test_adding_a_view_whose_tables_another_stored_view_owns_is_refused_and_writes_nothing(rides_home, tmp_path):
-    home, views = renamed_copy(rides_home, tmp_path)
+    home, views, env = renamed_copy(rides_home, tmp_path)
     land(home, "rides-2.jsonl")
     before = store_contents(home / "store.duckdb")
-    done = inorder(home, views, "run", "--add-views", "ride_trips", "--now", SECOND)
-    assert done.returncode == 5, done.stdout + done.stderr
+    done = inorder(env, "run", "--add-views", "ride_trips", "--now", SECOND, code=5, cwd=views)
     assert done.stderr.splitlines()[-1] == (
         "inorder: refused: view ride_trips declares table trips, which the store's view rides owns: a table belongs "
         "to one view. If ride_trips is rides renamed (it declares the same tables), `inorder rename-view rides "
@@ -173,23 +160,20 @@ def test_adding_a_view_whose_tables_another_stored_view_owns_is_refused_and_writ
 def test_remove_view_drops_only_the_tables_its_view_owns(rides_home, tmp_path):
     """A store that older code let two views claim `trips` in (`run --add-views` of the renamed view): every
     command refuses the view whose tables the other claims, and removing one keeps the tables the other uses."""
-    home, views = renamed_copy(rides_home, tmp_path)
+    home, views, env = renamed_copy(rides_home, tmp_path)
     con = duckdb.connect(str(home / "store.duckdb"))
     con.execute("INSERT INTO inorder.view_versions (view, fingerprint, tables, recorded_at) "
                 "SELECT 'ride_trips', fingerprint, tables, recorded_at FROM inorder.view_versions")
     con.close()
     rows = view_rows(home)
-    refused = inorder(home, views, "status")
-    assert refused.returncode == 5, refused.stdout + refused.stderr
+    refused = inorder(env, "status", code=5, cwd=views)
     assert refused.stderr.splitlines()[-1].startswith(
         "inorder: refused: view ride_trips declares table trips, which the store's view rides owns")
 
-    removed = inorder(home, views, "remove-view", "rides", "--yes")
-    assert removed.returncode == 0, removed.stderr
+    inorder(env, "remove-view", "rides", "--yes", cwd=views)
     assert view_rows(home) == rows
     assert query(home, "SELECT view FROM inorder.view_versions") == [("ride_trips",)]
-    status = inorder(home, views, "status")
-    assert status.returncode == 0, status.stderr
+    inorder(env, "status", cwd=views)
 
 
 def test_rename_view_refuses_what_it_cannot_rename_and_writes_nothing(tmp_path):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import duckdb
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
-ROOT = Path(__file__).resolve().parents[2]
+from tests.command import REPO, clean_environment, inorder
+
 
 # "release 1": a bug on chosen events parks their streams; "release 2" fixes the first, in the helper module only
 RULES = {1: 'BROKEN = ("e4", "e6")\n', 2: 'BROKEN = ("e6",)\n'}
@@ -60,20 +60,6 @@ def count(event, tables) -> None:
 STREAMS = {"park": ("ak-ras", "ak-raf", "es-s1"), "dlq": ("ax-ord", "ax-b00", "ax-b01")}
 
 
-def _environment(home: Path, code: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("INORDER_", "DAGSTER_HOME")) or k == "INORDER_SPARK_CONF"}
-    return {**env, "INORDER_HOME": str(home), "INORDER_VIEWS": "pk_views",
-            "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}
-
-
-def _inorder(home: Path, code: Path, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([INORDER, *args], env=_environment(home, code), capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, f"inorder {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done
-
-
 def _release(code: Path, n: int) -> None:
     code.mkdir(exist_ok=True)
     (code / "pk_views.py").write_text(VIEWS)
@@ -91,14 +77,15 @@ def operator_sequence(home: Path, code: Path) -> tuple[dict[str, list[tuple]], l
     """A run that parks streams in both views, release 2, then the operator's retries one view at a time (each
     a pass that walks its view alone, on the same code version's session), and a run of both views: the
     store's view and engine tables, and what the retries said."""
+    env = clean_environment(home, "pk_views", path=(code, REPO), as_a_user=True)
     _release(code, 1)
-    _inorder(home, code, "init", str(home))
+    inorder(env, "init", str(home))
     _land(home, 1, range(1, 7))
-    _inorder(home, code, "run", "--now", "2026-03-01T09:00:00Z")
+    inorder(env, "run", "--now", "2026-03-01T09:00:00Z")
     _release(code, 2)
-    said = [_inorder(home, code, "retry", "--view", view, "--all").stdout.strip() for view in ("pk_dlq", "pk_park")]
+    said = [inorder(env, "retry", "--view", view, "--all").stdout.strip() for view in ("pk_dlq", "pk_park")]
     _land(home, 2, range(7, 8))
-    _inorder(home, code, "run", "--now", "2026-03-01T09:01:00Z")
+    inorder(env, "run", "--now", "2026-03-01T09:01:00Z")
     return _tables(home), said
 
 
@@ -113,13 +100,14 @@ def _tables(home: Path) -> dict[str, list[tuple]]:
 
 def test_the_operators_sequence_on_one_warm_server_keeps_every_row_and_equals_a_cold_run(tmp_path):
     warm, cold, code = tmp_path / "warm", tmp_path / "cold", tmp_path / "code"
+    env = clean_environment(warm, "pk_views", path=(code, REPO), as_a_user=True)
     _release(code, 1)
-    _inorder(warm, code, "init", str(warm))
-    _inorder(warm, code, "spark", "start", "--idle-timeout", "20")
+    inorder(env, "init", str(warm))
+    inorder(env, "spark", "start", "--idle-timeout", "20")
     try:
         on_warm, said = operator_sequence(warm, code)
     finally:
-        _inorder(warm, code, "spark", "stop")
+        inorder(env, "spark", "stop")
     # every stream applied e4 and e5 on its retry, then parked anew at e6 (e7 waits behind it)
     assert on_warm["pk_park_text"] == [(stream, "e1|e2|e3|e4|e5") for stream in sorted(STREAMS["park"])]
     assert on_warm["pk_dlq_steps"] == [(stream, 5) for stream in sorted(STREAMS["dlq"])]
@@ -142,7 +130,7 @@ def test_the_engines_model_properties_hold_on_a_warm_server():
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/engine/test_engine_vs_model.py",
          "-k", "operator"],
-        cwd=ROOT, env={**os.environ, "INORDER_TEST_SPARK": "warm", "INORDER_VIEWS": WARM_TEST_VIEWS},
+        cwd=REPO, env={**os.environ, "INORDER_TEST_SPARK": "warm", "INORDER_VIEWS": WARM_TEST_VIEWS},
         capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 

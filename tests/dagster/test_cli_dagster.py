@@ -20,6 +20,7 @@ from inorder.cli import main
 from pipelines.observe.checks import view_checks
 from assets.schedules import TICK_INTERVAL
 from tests.builders import dep, opened
+from tests.command import INORDER, clean_environment, clean_os_environ, inorder
 
 VIEW_CHECKS = {c.name for c in view_checks(TICK_INTERVAL)}
 # two accounts whose deposit hits the audit view's bug: both park (tests/counts_views.py)
@@ -29,8 +30,7 @@ BATCH = [opened("acct-1"), dep("acct-1", 2, 5000), opened("acct-2"), dep("acct-2
 def _cli_home(monkeypatch, home, views: str):
     """A new home made by `inorder init`, for commands run in this process with only its INORDER_HOME and
     INORDER_VIEWS set (no other INORDER_ or Dagster setting of the test run's)."""
-    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
-        monkeypatch.delenv(name)
+    clean_os_environ(monkeypatch, as_a_user=True)
     monkeypatch.setenv("INORDER_HOME", str(home))
     monkeypatch.setenv("INORDER_VIEWS", views)
     monkeypatch.setenv("INORDER_SPARK_WARM", "0")  # this process may hold the classic `spark` session: no Connect one
@@ -205,12 +205,10 @@ def _processes_marked(mark: str) -> list[int]:
 def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
     """A terminal's Ctrl-C reaches the whole process group; pyspark starts its JVM ignoring SIGINT, so a
     JVM still starting would outlive `inorder run`. Nothing but the one line reaches the terminal."""
-    from tests.cli.test_cli_scripting import INORDER, environment
-
     home, mark = tmp_path / "home", f"inorder-ctrl-c-{uuid.uuid4().hex}"
-    env = {**environment(home), "INORDER_VIEWS": "views", "INORDER_TEST_MARK": mark,
-           "INORDER_SPARK_WARM": "0"}  # a JVM of the run's own (a warm server is not the run's to end)
-    subprocess.run([INORDER, "init", str(home)], env=env, check=True, capture_output=True)
+    env = clean_environment(home, "views", as_a_user=True, INORDER_TEST_MARK=mark,
+                            INORDER_SPARK_WARM="0")  # a JVM of the run's own (a warm server is not the run's to end)
+    inorder(env, "init", str(home))
     _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
     run = subprocess.Popen([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.registry import load_views
-from pipelines.store.database import Home, Store
+from pipelines.store.database import Store
 from tests.domains import BANK_VIEWS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,13 +23,11 @@ def test_definitions_load():
     assert defs().resolve_all_asset_keys() is not None
 
 
-def test_definitions_are_built_from_the_given_views_and_home_without_any_environment(tmp_path, monkeypatch):
+def test_definitions_are_built_from_the_given_views_and_home_without_any_environment(
+        tmp_path, home, monkeypatch, clean_env):
     from inorder.definitions import build_definitions
 
-    for name in [k for k in os.environ if k.startswith(("INORDER_", "DAGSTER_HOME"))]:
-        monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)  # a home read from the environment would be ./.inorder
-    home = Home(tmp_path / "home").ensure()
     helpdesk = load_views("tests.helpdesk_views")
     bank, other = build_definitions(BANK_VIEWS, home), build_definitions(helpdesk, home)
     keys = {k.to_user_string() for k in bank.resolve_asset_graph().get_all_asset_keys()}

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -27,6 +26,7 @@ import pytest
 from pipelines.store.database import Home
 from scripts.cluster import QUICK_JVM, Cluster, event_log_conf
 from tests.harness import assert_same_store, read_store
+from tests.command import clean_environment, inorder
 from tests.domains import BANK_VIEWS
 
 pytestmark = [
@@ -34,7 +34,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
                        reason="no Java: the standalone master, workers and Spark Connect server run on the JVM")]
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
 STEPS = [  # (batches that land before the run, logical time)
     (["batch-00001", "batch-00002"], "2026-11-02T00:00:00Z"),
     ([], "2026-11-02T00:15:00Z"),  # a tick: open gaps are older than gap_timeout (600 s) and are skipped
@@ -56,8 +55,8 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("batches")
-    subprocess.run([INORDER, "generate", "--out", str(out), "--events", "5000", "--streams", "250",
-                    "--batches", "3"], check=True, capture_output=True, timeout=120)
+    inorder(clean_environment(), "generate", "--out", str(out), "--events", "5000", "--streams", "250",
+            "--batches", "3", timeout=120)
     return out
 
 
@@ -66,17 +65,15 @@ def run_chain(root: Path, batches: Path, master: str, conf: dict[str, str],
     """The three steps in one INORDER_HOME, each an `inorder run` subprocess (with `extra` environment
     variables); returns their wall times."""
     home = Home(root).ensure()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
-    env.update(INORDER_HOME=str(root), INORDER_SPARK_MASTER=master, INORDER_SPARK_CONF=json.dumps(conf),
-               PYSPARK_PYTHON=sys.executable, **(extra or {}))
+    env = clean_environment(root, as_a_user=True, INORDER_SPARK_MASTER=master, INORDER_SPARK_CONF=json.dumps(conf),
+                            PYSPARK_PYTHON=sys.executable, **(extra or {}))
     seconds = []
     for names, now in STEPS:
         for name in names:
             shutil.copy(batches / f"{name}.jsonl", home.landing)
         started = time.perf_counter()
-        done = subprocess.run([INORDER, "run", "--now", now], env=env, capture_output=True, text=True, timeout=300)
+        inorder(env, "run", "--now", now, timeout=300)
         seconds.append(time.perf_counter() - started)
-        assert done.returncode == 0, f"inorder run on {master} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
     return home, seconds
 
 
@@ -178,13 +175,10 @@ def test_a_view_module_outside_the_repository_is_shipped_to_the_executors(runs, 
         root = tmp_path / name
         (root / "landing").mkdir(parents=True)
         (root / "landing" / "tickets.jsonl").write_text(lines)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
-        env.update(INORDER_HOME=str(root), INORDER_SPARK_MASTER=master, PYSPARK_PYTHON=sys.executable,
-                   INORDER_VIEWS="helpdesk_views", PYTHONPATH=str(outside),
-                   INORDER_SPARK_CONF=json.dumps(chain_conf(root / "events")))
-        done = subprocess.run([INORDER, "run", "--now", "2026-03-05T00:00:00Z"], env=env, capture_output=True,
-                              text=True, timeout=300, cwd=outside)
-        assert done.returncode == 0, f"{name}: {done.stderr[-4000:]}"
+        env = clean_environment(root, "helpdesk_views", as_a_user=True, INORDER_SPARK_MASTER=master,
+                                PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(outside),
+                                INORDER_SPARK_CONF=json.dumps(chain_conf(root / "events")))
+        inorder(env, "run", "--now", "2026-03-05T00:00:00Z", timeout=300, cwd=outside)
         con = duckdb.connect(str(root / "store.duckdb"), read_only=True)
         try:
             stores[name] = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
@@ -230,14 +224,13 @@ def test_a_pass_of_300k_streams_with_state_completes_on_the_cluster(cluster, tmp
     store_batch, wide_batch = data.wide_batches(tmp_path / "inputs", WIDE_STREAMS)
     root = tmp_path / "wide"
     home = Home(root / "home").ensure()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "DAGSTER_"))}
-    env.update(INORDER_HOME=str(home.root), INORDER_SPARK_MASTER=cluster.master_url, PYSPARK_PYTHON=sys.executable,
-               INORDER_ARCHIVE_SHARED="1", INORDER_SCRATCH=str(root / "scratch"),
-               INORDER_SPARK_CONF=json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}))
+    env = clean_environment(home.root, as_a_user=True, INORDER_SPARK_MASTER=cluster.master_url,
+                            PYSPARK_PYTHON=sys.executable, INORDER_ARCHIVE_SHARED="1",
+                            INORDER_SCRATCH=str(root / "scratch"),
+                            INORDER_SPARK_CONF=json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}))
     for batch, now in ((store_batch, "2026-11-02T00:00:00Z"), (wide_batch, "2026-11-02T00:01:00Z")):
         shutil.copy(batch, home.landing)
-        done = subprocess.run([INORDER, "run", "--now", now], env=env, capture_output=True, text=True, timeout=3000)
-        assert done.returncode == 0, done.stderr[-4000:]
+        inorder(env, "run", "--now", now, timeout=3000)
     con = duckdb.connect(str(home.database), read_only=True)
     try:
         assert con.execute("SELECT view, count(*), min(last_seq), max(last_seq) FROM inorder.watermarks "

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.crash_sweep import INORDER, Step, first_difference, land, run_env, stage, store_snapshot
+from tests.command import INORDER, inorder
+from tests.crash_sweep import Step, first_difference, land, run_env, stage, store_snapshot
 
 STEP = Step("2026-11-02T00:00:00Z", ("batch-00001.jsonl", "batch-00002.jsonl", "batch-00003.jsonl", "notes.txt"))
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
@@ -30,8 +31,7 @@ def single(tmp_path_factory) -> tuple[Path, dict]:
     stage(root / "staging", seed=5)
     home = root / "single"
     land(root / "staging", home, STEP)
-    done = subprocess.run([INORDER, "run", "--now", STEP.now], env=run_env(home), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    inorder(run_env(home), "run", "--now", STEP.now)
     return root / "staging", store_snapshot(home)
 
 

@@ -11,7 +11,6 @@ The shop's `orders` in CI; the bank's `account_activity` on the 1M-event store (
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,22 +26,14 @@ import pytest
 from demos.shop import GeneratorConfig, generate
 from tests import bank_changed, shop_changed
 from tests.dagster.test_dagster import VIEW_CHECKS  # every check a view has, which a rebuild runs
+from tests.command import REPO, clean_environment, inorder
 from tests.view_reader import snapshot
 
-INORDER = str(Path(sys.executable).with_name("inorder"))
-REPO = Path(__file__).resolve().parents[2]
 NOW = "2026-11-02T00:00:00Z"
 
 
 def env_for(home: Path, views: str, **extra: str) -> dict:
-    return {**os.environ, "INORDER_HOME": str(home), "INORDER_VIEWS": views, "DAGSTER_HOME": str(home / "dagster"),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p), **extra}
-
-
-def inorder(env: dict, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run([INORDER, *args], env=env, capture_output=True, text=True, timeout=1800, cwd=REPO)
-    assert done.returncode == expect, done.stdout + done.stderr
-    return done
+    return clean_environment(home, views, path=(REPO,), DAGSTER_HOME=str(home / "dagster"), **extra)
 
 
 def read_tables(database: Path, tables: list[str]) -> dict:
@@ -73,7 +64,7 @@ def rebuild_under_a_reader(home: Path, env: dict, view: str, tables: list[str]) 
         while not (out.exists() and out.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
         started = time.perf_counter()
-        done = inorder(env, "rebuild", view)
+        done = inorder(env, "rebuild", view, timeout=1800)
         seconds = time.perf_counter() - started
         time.sleep(0.5)  # a few reads of the swapped-in view
     finally:
@@ -129,7 +120,7 @@ def test_a_changed_shop_view_is_noticed_refused_and_rebuilt_while_a_reader_reads
     assert code_version == edited["fingerprint"]
 
     # a table changed: `inorder run` refuses the view with one line, the others go on
-    refused = inorder(table, "run", "--now", "2026-11-02T00:05:00Z", expect=4)
+    refused = inorder(table, "run", "--now", "2026-11-02T00:05:00Z", code=4)
     lines = [line for line in refused.stderr.splitlines() if "orders" in line and not line.startswith("[")]
     assert lines == ["inorder: view orders: table orders: column channel VARCHAR added; its rows were built with "
                      "the old tables, so it is not projected (run `inorder rebuild orders`; or, if the rows "

@@ -13,7 +13,6 @@ from bench import state_peer
 from bench.data import land
 from bench.measure import RssSampler
 from pipelines.facade import run
-from pipelines.store.database import Home
 from pipelines.view import View
 from demos.bank import GeneratorConfig, generate
 
@@ -26,10 +25,9 @@ TIMED = View(name="bench_ordering_timed", tables=(), subscribes=("account",), ha
              max_pending=4)
 
 
-def test_state_peer_equals_inorder_with_timers_ticks_and_capacity(spark, tmp_path: Path) -> None:
+def test_state_peer_equals_inorder_with_timers_ticks_and_capacity(spark, tmp_path: Path, home) -> None:
     batches = generate(tmp_path / "inputs", GeneratorConfig(events=400, streams=16, batches=5, disorder=0.3,
                                                             duplicates=0.05, gaps=0.04, poison=0.0, seed=3))
-    home = Home(tmp_path / "home").ensure()
     now = T0
     for i, batch in enumerate(batches):  # one run per batch, 45 s apart, and after every other batch a tick
         land([batch], home.landing)      # 70 s later: the streams blocked since then time out at the tick

@@ -25,7 +25,6 @@ import pytest
 
 from assets.ingest import FILE_NOT_REJECTED
 from inorder.dagster_runs import dagster_home
-from pipelines.store.database import Home
 from demos.bank import GeneratorConfig, generate
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -68,8 +67,7 @@ BROKEN = "broken"  # the landing file `broken.parquet`, which is not Parquet
 
 
 @pytest.fixture
-def dagster_dev(tmp_path):
-    home = Home(tmp_path / "home").ensure()
+def dagster_dev(tmp_path, home):
     # poison 15 %, 30 times the demo's: account_activity's reject rate (bad amounts) is over its 5 % failure
     # threshold, while accounts' stays within the thresholds it declares for its own refusals
     generate(home.landing, GeneratorConfig(events=400, streams=8, batches=2, gaps=0.05, poison=0.15, seed=3))

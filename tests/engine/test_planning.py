@@ -90,10 +90,9 @@ def order(stream: str) -> str:
     return json.dumps({"stream_id": stream, "stream_type": "order", "seq": 1, "type": "OrderPlaced"})
 
 
-def test_the_ingest_records_each_batchs_streams_and_plans_follow_them(tmp_path):
+def test_the_ingest_records_each_batchs_streams_and_plans_follow_them(home):
     """The bank's three views subscribe to accounts: an order stream brings no pair. b1 and b2 share
     account a: together they bring 4 accounts, 12 pairs, not 5 accounts."""
-    home = Home(tmp_path / "home").ensure()
     (home.landing / "b1.jsonl").write_text("\n".join([opened("a"), opened("b"), opened("c"), order("o1")]) + "\n")
     (home.landing / "b2.jsonl").write_text("\n".join([dep("a", 2, 5), opened("d")]) + "\n")
     (home.landing / "b3.jsonl").write_text("")  # empty: set aside, never planned

@@ -135,8 +135,7 @@ def test_a_reingest_reads_its_file_with_the_source_that_takes_it_today(tmp_path)
             "trips/2026/t1@reingest-5", 1, 0, {"trip": 1})  # the trips source's mapping, not the payments one
 
 
-def test_with_one_mapping_the_landing_folders_sub_folders_are_not_read_as_before(tmp_path):
-    home = Home(tmp_path / "home").ensure()
+def test_with_one_mapping_the_landing_folders_sub_folders_are_not_read_as_before(home):
     (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
     (home.landing / "archive-of-mine").mkdir()
     (home.landing / "archive-of-mine" / "b0.jsonl").write_text(dep("a", 2, 5) + "\n")
