@@ -92,7 +92,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
 
     Read from the home's settings (INORDER_SPARK_MASTER) when not given; when that is unset too, the home's
     warm server, started when none is up (INORDER_SPARK_WARM=0: `local[*]` then). Settings: DEFAULT_CONF, then INORDER_SPARK_CONF, then `conf`. A Spark Connect session takes only the runtime SQL settings (`spark.sql.*`) of
-    DEFAULT_CONF, and CONNECT_SESSION_CONF; the server's own configuration decides the rest.
+    DEFAULT_CONF and INORDER_SPARK_CONF, and CONNECT_SESSION_CONF; the server's own configuration decides the rest.
     """
     settings = home.settings if home is not None else Settings()
     master = master or settings.spark_master
@@ -100,14 +100,18 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     warm = warm_files and server_for_run(warm_files, settings)
     master = master or (_code_version_session(warm, home, views) if warm else "local[*]")
     if master.startswith("sc://"):
+        # the server's JVM started with the rest (the home's warm server with INORDER_SPARK_CONF): a session
+        # asked to set it would warn on the terminal at every run that it cannot
         builder = SparkSession.builder.remote(master)
-        defaults = {**{k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}, **CONNECT_SESSION_CONF}
+        defaults = {**_runtime_sql(DEFAULT_CONF), **CONNECT_SESSION_CONF}
+        user_conf = _runtime_sql(settings.spark_conf)
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
         defaults = DEFAULT_CONF
         if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
             defaults = {**DEFAULT_CONF, **LOCAL_DRIVER_CONF}
-    chosen = {**defaults, **settings.spark_conf, **(conf or {})}
+        user_conf = settings.spark_conf
+    chosen = {**defaults, **user_conf, **(conf or {})}
     if faults.crash_pid() and not master.startswith("sc://"):  # a crash point on an executor kills this driver
         chosen["spark.executorEnv.INORDER_CRASH_PID"] = str(faults.crash_pid())
     from pipelines.registry import recorded_views_folder
@@ -133,6 +137,11 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         _WARM[session] = warm_files
     _set_shuffle_partitions(session)
     return session
+
+
+def _runtime_sql(conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings of `conf` a Spark Connect session takes: the runtime SQL ones (`spark.sql.*`)."""
+    return {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
 
 
 def _python_workers_run_this_python(session: SparkSession) -> None:

@@ -45,9 +45,9 @@ def store_rows(home: Path, sql: str, params: list | None = None) -> list[tuple]:
 def shop(tmp_path_factory) -> tuple[Path, dict[str, str], subprocess.CompletedProcess]:
     """A home made by `inorder init`, three shop batches generated into it, and one `inorder run --json`."""
     home = tmp_path_factory.mktemp("cli") / "home"
-    # a user's shell: none of the run's INORDER_* settings, not its quick JVM either (the warm server's Spark Connect
-    # session would say on the terminal that it cannot take the JVM's options)
-    env = clean_environment(home, "shop.views", as_a_user=True, INORDER_SPARK_CONF=None)
+    # a user's shell: none of the run's INORDER_* settings but INORDER_SPARK_CONF, which sets JVM options: the warm
+    # server takes them at its start, and the runs' Connect sessions must not warn that they cannot
+    env = clean_environment(home, "shop.views", as_a_user=True)
     created = inorder(env, "init", str(home))
     assert created.stdout.startswith(f"created the inorder home {home}")
     assert (home / "landing").is_dir() and (home / "store.duckdb").exists()
@@ -58,7 +58,7 @@ def shop(tmp_path_factory) -> tuple[Path, dict[str, str], subprocess.CompletedPr
 
 
 def test_generate_numbers_new_batches_on_from_the_highest_in_the_folder(tmp_path):
-    env = clean_environment(tmp_path / "unused", "shop.views", as_a_user=True, INORDER_SPARK_CONF=None)
+    env = clean_environment(tmp_path / "unused", "shop.views", as_a_user=True)
     landing = tmp_path / "landing"
     shape = ("--domain", "shop", "--out", str(landing), "--events", "50", "--streams", "5")
     assert "(batch-00001.jsonl to batch-00002.jsonl)" in inorder(env, "generate", *shape, "--batches", "2").stdout
@@ -274,7 +274,7 @@ def test_an_unknown_view_or_kind_is_refused_listing_the_known_ones(shop):
 
 def test_a_folder_that_is_not_a_home_is_refused_in_one_line_and_left_alone(tmp_path):
     typo = tmp_path / "hoem"
-    env = clean_environment(typo, "shop.views", as_a_user=True, INORDER_SPARK_CONF=None)
+    env = clean_environment(typo, "shop.views", as_a_user=True)
     refusal = (f"inorder: error: no inorder home at {typo} (neither {typo / 'landing'} nor {typo / 'store.duckdb'} "
                f"exists): check INORDER_HOME, or create one with `inorder init {typo}`")
     for command in (["run"], ["status"], ["errors"], ["pending"], ["query", "SELECT 1"], ["retry", "--view", "orders",
