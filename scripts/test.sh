@@ -12,7 +12,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   where=(tests/fast)
 fi
-# four workers on 2 cores: the tests wait on JVMs, subprocesses and timers more than they compute (the clean-clone
-# CI on three used 41 % of the two cores); a module's tests kept together (its fixtures are built once); `-n 0`
-# runs in one process
+# four workers on 2 cores, both kept busy while tests wait on timers and servers; each test to the next free worker,
+# but a module's tests that share a fixture it builds once stay together, and the long tests go first
+# (tests/conftest.py, docs/TESTING.md); `-n 0` runs in one process
 exec .venv/bin/python -m pytest -m "not long" -n 4 --dist loadgroup --no-loadscope-reorder "${where[@]}" "$@"
