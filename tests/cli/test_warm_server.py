@@ -73,11 +73,11 @@ def _land(home: Path, n: int, seqs: range) -> None:
     (home / "landing" / f"batch-{n}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def operator_sequence(home: Path, code: Path) -> tuple[dict[str, list[tuple]], list[str]]:
+def operator_sequence(home: Path, code: Path, **settings: str) -> tuple[dict[str, list[tuple]], list[str]]:
     """A run that parks streams in both views, release 2, then the operator's retries one view at a time (each
     a pass that walks its view alone, on the same code version's session), and a run of both views: the
     store's view and engine tables, and what the retries said."""
-    env = clean_environment(home, "pk_views", path=(code, REPO), as_a_user=True)
+    env = clean_environment(home, "pk_views", path=(code, REPO), as_a_user=True, **settings)
     _release(code, 1)
     inorder(env, "init", str(home))
     _land(home, 1, range(1, 7))
@@ -116,7 +116,7 @@ def test_the_operators_sequence_on_one_warm_server_keeps_every_row_and_equals_a_
         "message applied, then ak-raf seq 4 to 5, parked at seq 6, attempt 1, ak-ras seq 4 to 5, parked at seq 6, "
         "attempt 1, es-s1 seq 4 to 5, parked at seq 6, attempt 1; `inorder errors --view pk_park --kind "
         "handler_error` says why)")
-    assert (on_warm, said) == operator_sequence(cold, code)
+    assert (on_warm, said) == operator_sequence(cold, code, INORDER_SPARK_WARM="0")  # local[*], a JVM per command
 
 
 # the modules of the views those tests run: what a warm server's Python workers get shipped, as `inorder` ships

@@ -11,7 +11,9 @@ import pytest
 from tests.crash_sweep import QUICK, Crash, Sweep
 
 
-@pytest.fixture(scope="module")
+# once per worker, kept to the worker's end: a module-scoped one was built again whenever a worker ran the half's
+# cases apart (xdist tears a module's fixtures down when the worker's next test is not known yet)
+@pytest.fixture(scope="session")
 def sweep(tmp_path_factory, postgres) -> Sweep:
     sweep = Sweep(tmp_path_factory.mktemp("crash"), seed=3, postgres=postgres)
     sweep.prepare(runs=3)  # QUICK kills runs 1, 2 and 3 and goes on from run 1 to run 2
