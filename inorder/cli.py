@@ -554,8 +554,7 @@ def cmd_spark(args: argparse.Namespace) -> None:
         if args.json:
             _print_json(document)
         elif state:
-            other = "" if state.build == spark_server.this_build() else \
-                ", of another inorder or venv: the next run replaces it"
+            other = "" if document["this_build"] else ", of another inorder or venv: the next run replaces it"
             print(f"running: {state.endpoint} (pid {state.pid}){other}, up {document['uptime_seconds']:.0f}s, idle "
                   f"{document['idle_seconds']:.0f}s of {state.idle_timeout_seconds:.0f}s; log {files.log}")
         else:

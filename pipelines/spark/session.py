@@ -219,9 +219,9 @@ def starting_line(home: "Home") -> str | None:
         return f"opening a session on the warm Spark server ({warm.endpoint})…"
     if choice == "local":
         return "starting Spark (local[*])…"
-    starting = "replacing the Spark server of another inorder or venv" if choice == "replace" else "starting a Spark server"
-    return (f"{starting} for this home; it stops after {settings.spark_idle_minutes:g} minutes idle (INORDER_SPARK_IDLE_MINUTES; "
-            "`inorder spark stop` stops it now)…")
+    starting = {"replace": "replacing the Spark server of another inorder or venv", "start": "starting a Spark server"}
+    return (f"{starting[choice]} for this home; it stops after {settings.spark_idle_minutes:g} minutes idle "
+            "(INORDER_SPARK_IDLE_MINUTES; `inorder spark stop` stops it now)…")
 
 
 def mark_used(spark: SparkSession) -> None:
