@@ -31,6 +31,7 @@ os.environ.setdefault("INORDER_SPARK_IDLE_MINUTES", "1")  # a server whose test'
 TIERS = ("fast", "engine", "cli", "dagster", "e2e")  # the folders under tests/, each its marker (docs/TESTING.md)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the node ids
 def pytest_collection_modifyitems(items) -> None:
     for item in items:
         tier = item.path.parent.name
