@@ -63,11 +63,17 @@ def _longest_first(item) -> int:
     return 1 + ("e2e", "cli", "dagster", "engine", "fast").index(tier) if tier in TIERS else len(TIERS) + 1
 
 
+# the home of the warm `spark` fixture's server: the fixture stops it itself, after its session (a session left
+# open on a stopped server retries its release for minutes)
+SESSION_SERVER_HOME = "session-spark"
+
+
 def _stop_servers_under(root) -> None:
     from pipelines.spark.server import ServerFiles, stop
 
     for state in root.rglob("spark/server.json"):
-        stop(ServerFiles(state.parent))
+        if not state.parent.parent.name.startswith(SESSION_SERVER_HOME):
+            stop(ServerFiles(state.parent))
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +112,7 @@ def spark(tmp_path_factory):
     from pipelines.spark.session import spark_session
 
     if os.environ.get("INORDER_TEST_SPARK") == "warm":
-        yield from _warm_session(tmp_path_factory.mktemp("warm-spark"))
+        yield from _warm_session(tmp_path_factory.mktemp(SESSION_SERVER_HOME))
         return
     # the session the whole run shares keeps the JVM's optimising compiler (no QUICK_JVM)
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g",
