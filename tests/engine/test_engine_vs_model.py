@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 from pathlib import Path
 
@@ -61,12 +60,8 @@ RETRY_BETWEEN_RUNS = [
 WITH_PARKING = [PARKING, *(v for v in BANK_VIEWS if v.name != PARKING.name), HOLDS]
 
 
-# tests/cli/test_warm_server.py runs this module's operator tests again on a warm server, where a pass is three
-# times as long: 3 examples there, on top of this run's 8 through the same code in a classic session
-ON_A_WARM_SERVER = os.environ.get("INORDER_TEST_SPARK") == "warm"
-
-
-@settings(max_examples=3 if ON_A_WARM_SERVER else 8, deadline=None, suppress_health_check=list(HealthCheck))
+# tests/cli/test_warm_server.py runs this module's operator tests again on a warm server
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=scenarios(max_streams=2, max_events=20), data=st.data())
 def test_parking_view_with_operator_actions_matches_model(spark, entries, data):
     """on_error = park on one view beside the others, a small max_pending, and operator retry/skip entries on
