@@ -46,9 +46,9 @@ def view_spec(view: View) -> dg.AssetSpec:
         description=_description(view), code_version=fingerprint(view), owners=list(view.owners), tags=dict(view.tags),
         freshness_policy=_freshness(view),
         metadata={"dagster/column_schema": dg.TableSchema(columns=[
-            dg.TableColumn(f"{t.name}.{name}" if len(view.tables) > 1 else name, sql_type,
-                           description=t.descriptions.get(name))
-            for t in view.tables for name, sql_type in t.columns.items()])})
+            dg.TableColumn(f"{t.name}.{name}" if len(view.tables) > 1 else name, column.sql_type,
+                           description=column.doc or None)
+            for t in view.tables for name, column in t.columns.items()])})
 
 
 def view_metadata(store: Store, home: Home, view: View, counts: dict[str, int], streams_touched: int) -> dict:

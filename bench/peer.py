@@ -30,7 +30,7 @@ from pipelines.store.database import Home, Store
 from pipelines.view import View
 from bench.data import BANK_VIEWS
 
-ORDERING_VIEW = View(name="bench_ordering", tables=(), subscribes=("account",), handlers={})
+ORDERING_VIEW = View(name="bench_ordering", tables=(), subscribes=("account",))
 COMPARED = ("selected", "processed", "duplicate", "late", "conflict", "gaps_skipped", "pending", "sum_last_seq")
 
 PEER_DDL = """

@@ -11,9 +11,8 @@ from pipelines.message import Event, Reject
 from pipelines.scenario import Scenario, Stream, scenario, stream
 from pipelines.testing import Replay, ReplayResult, Row, replay, replay_runs
 from pipelines.view import (DECIMAL, INTEGER, AggregateTable, Alerts, AppendTable, Column, KeyedTable, StreamTable,
-                            Table, Thresholds, View, ViewDeprecation, add_column)
+                            Table, Tables, Thresholds, View, add_column)
 
-__all__ = ["AggregateTable", "Alerts", "AppendTable", "Check", "Column", "DECIMAL", "Event", "INTEGER",
-           "KeyedTable", "Replay", "ReplayResult", "Reject", "Row", "Scenario", "SourceMapping", "Stream",
-           "StreamTable", "Table", "Thresholds", "View", "ViewDeprecation", "add_column", "event_type_of", "replay", "replay_runs",
-           "scenario", "stream"]
+__all__ = ["AggregateTable", "Alerts", "AppendTable", "Check", "Column", "DECIMAL", "Event", "INTEGER", "KeyedTable",
+           "Replay", "ReplayResult", "Reject", "Row", "Scenario", "SourceMapping", "Stream", "StreamTable", "Table",
+           "Tables", "Thresholds", "View", "add_column", "event_type_of", "replay", "replay_runs", "scenario", "stream"]

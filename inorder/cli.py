@@ -14,7 +14,6 @@ import re
 import sys
 import time
 import tomllib
-import warnings
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -32,7 +31,6 @@ from pipelines.serve.publish import describe, format_positions, read_positions
 from pipelines.spark import server as spark_server
 from pipelines.store.database import Home, Store
 from pipelines.store.versions import ViewSetMismatch, remove_view
-from pipelines.view import ViewDeprecation
 
 # Dagster and Spark take seconds to import: the commands that run them import inorder.dagster_runs (or
 # pipelines.facade) in their function, so that `inorder --help`, `status` and the other readers start at once
@@ -703,23 +701,6 @@ def _spark_command(command, as_json: dict) -> None:
     k.set_defaults(func=cmd_spark)
 
 
-def _with_older_declarations_said(command) -> None:
-    """Run `command`, saying on stderr, one line each, the older view declarations its views use (with their
-    replacement): Python shows a DeprecationWarning to nobody by default, and a view module is imported, so
-    each is said, once per command."""
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if not issubclass(category, ViewDeprecation):
-            return shown(message, category, filename, lineno, file, line)
-        print(f"inorder: note: {Path(filename).name}:{lineno}: {message}", file=sys.stderr)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("default", ViewDeprecation)
-        warnings.showwarning = show
-        command()
-
-
 @contextlib.contextmanager
 def _library_logs_quiet(settings: Settings) -> Iterator[None]:
     """Libraries that log to the root logger (py4j's tracebacks when Ctrl-C cuts a Spark call) print nothing:
@@ -742,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = args.settings = Settings.from_env()  # the one read of the INORDER_* variables: passed down
         with _library_logs_quiet(settings):
-            _with_older_declarations_said(lambda: args.func(args))
+            args.func(args)
     except SystemExit as exc:  # a command's own exit status (3, 4, 6): main returns what the process exits with
         return exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt as exc:  # RunInterrupted says what the run left for the next one

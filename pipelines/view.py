@@ -7,9 +7,6 @@ does with a handler's value at run time is `pipelines.columns`.
 from __future__ import annotations
 
 import re
-import sys
-import sysconfig
-import warnings
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -41,26 +38,6 @@ def check_identifier(name: str, what: str) -> str:
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TEAM = re.compile(r"^team:[A-Za-z0-9_-]+$")
 _TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
-
-
-class ViewDeprecation(DeprecationWarning):
-    """An older way of declaring a view: still runs, and the message names the replacement."""
-
-
-def deprecated(what: str, instead: str) -> None:
-    """Warn at the author's line that declares the older form: the first caller outside this module, the
-    dataclass machinery (`dataclasses.replace`, the generated `__init__`) and the standard library."""
-    frame = sys._getframe(1)
-    while frame.f_back is not None and (frame.f_code.co_filename in _DECLARING or
-                                        frame.f_code.co_filename.startswith(_STDLIB)):
-        frame = frame.f_back
-    warnings.warn_explicit(f"{what} is deprecated: {instead}", ViewDeprecation, frame.f_code.co_filename,
-                           frame.f_lineno, module=frame.f_globals.get("__name__"),
-                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
-
-
-_DECLARING = frozenset({__file__, "<string>"})  # this module, and the __init__ dataclasses generate
-_STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 def DECIMAL(precision: int, scale: int) -> str:  # noqa: N802 - named as the SQL type it stands for
@@ -132,22 +109,16 @@ class Table(Generic[H]):
         (highest primary key), so the engine never loads a stream's whole history.
       - ``aggregate``: rows are shared across streams; handlers only add increments.
 
-    columns: name -> `Column`. unique: column groups whose values are unique together (one column's
-    uniqueness is `Column(unique=True)`). After construction `columns` holds each column's SQL type
-    and `descriptions` its doc.
+    columns: name -> `Column`; `sql_types` has each one's SQL type. unique: column groups whose values are
+    unique together (one column's uniqueness is `Column(unique=True)`).
     """
 
     name: str
-    columns: Mapping[str, Any]  # name -> Column (or, the older form, its SQL type)
+    columns: Mapping[str, Column]
     primary_key: tuple[str, ...]
     kind: TableKind = "keyed"
     stream_key: str | None = None
-    descriptions: Mapping[str, str] = field(default_factory=dict)  # the older form of Column(doc=...)
     unique: tuple[tuple[str, ...], ...] = ()
-    # each column's declaration, kept so that `dataclasses.replace` (which passes `columns` back as SQL
-    # types) keeps its docs and rules; set from `columns`, not given by hand
-    specs: Mapping[str, Column] = field(default_factory=dict, repr=False, compare=False)
-    rules: tuple["Expectation", ...] = field(default=(), init=False, compare=False)
 
     @classmethod
     def per_stream(cls, name: str, key: str, columns: Mapping[str, Column],
@@ -156,7 +127,7 @@ class Table(Generic[H]):
         `columns` does not declare it)."""
         if key not in columns:
             columns = {key: Column(str, not_null=True, doc="the stream id"), **columns}
-        elif Column(str).sql_type != (columns[key].sql_type if isinstance(columns[key], Column) else columns[key]):
+        elif not isinstance(columns[key], Column) or columns[key].sql_type != Column(str).sql_type:
             raise ValueError(f"table {name}: the key {key!r} holds the stream id, a str column")
         return cls(name, columns, (key,), "keyed", key, unique=unique)
 
@@ -180,42 +151,31 @@ class Table(Generic[H]):
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "table")
-        specs = {c: self._spec(c, spec) for c, spec in self.columns.items()}
-        docs = {c: s.doc for c, s in specs.items() if s.doc}
-        if any(docs.get(c) != text for c, text in self.descriptions.items()):
-            deprecated(f"table {self.name}: Table(descriptions=…)", "give each column its doc: Column(…, doc=…)")
-        typed_by_string = [c for c, spec in self.columns.items() if not isinstance(spec, Column)
-                           and self.specs.get(c, Column(None)).type is None]
-        if typed_by_string:
-            deprecated(f"table {self.name}: column types as strings ({typed_by_string[0]}: "
-                       f"{self.columns[typed_by_string[0]]!r})",
-                       "declare Column(str), Column(int), Column(DECIMAL(18, 2)), … with doc= and rules")
-        object.__setattr__(self, "specs", specs)
-        object.__setattr__(self, "columns", {c: spec.sql_type for c, spec in specs.items()})
-        object.__setattr__(self, "descriptions", {**docs, **self.descriptions})
+        for column, declared in self.columns.items():
+            if not isinstance(declared, Column):
+                raise TypeError(f"column {self.name}.{column}: {declared!r} is not a Column: declare Column(str), "
+                                "Column(int), Column(DECIMAL(18, 2)), … with doc= and rules")
+        object.__setattr__(self, "columns", dict(self.columns))
         object.__setattr__(self, "primary_key", tuple(self.primary_key))
         object.__setattr__(self, "unique", tuple(tuple(group) for group in self.unique))
-        column_rules = [rule for c, spec in specs.items() for rule in spec.expectations(self.name, c)]
-        group_rules = [unique(self.name, *group) for group in self.unique]
-        object.__setattr__(self, "rules", (*column_rules, *group_rules))
-        unknown = sorted(set(self.descriptions) - set(self.columns))
-        if unknown:
-            raise ValueError(f"table {self.name}: descriptions of unknown columns {unknown}")
         unknown = sorted({c for group in self.unique for c in group} - set(self.columns))
         if unknown:
             raise ValueError(f"table {self.name}: unique names unknown columns {unknown}")
         self._check_columns()
 
-    def _spec(self, column: str, declared: Any) -> Column:
-        """A column's declaration: a `Column`, or a SQL type string, which keeps the docs and rules of the
-        declaration it came from when it is that declaration's type (a `replace` of the table)."""
-        if isinstance(declared, Column):
-            return declared
-        kept = self.specs.get(column)
-        return kept if kept is not None and kept.sql_type == declared else Column(declared)
+    @cached_property
+    def sql_types(self) -> dict[str, str]:
+        """name -> the column's SQL type, in declared order."""
+        return {c: column.sql_type for c, column in self.columns.items()}
+
+    @cached_property
+    def rules(self) -> tuple["Expectation", ...]:
+        """The table's data-quality rules: each column's, then the unique groups'."""
+        column_rules = [rule for c, column in self.columns.items() for rule in column.expectations(self.name, c)]
+        return (*column_rules, *(unique(self.name, *group) for group in self.unique))
 
     def _check_columns(self) -> None:
-        for column, sql_type in self.columns.items():
+        for column, sql_type in self.sql_types.items():
             check_identifier(column, "column")
             if not _SQL_TYPE.match(sql_type):
                 raise ValueError(f"column {self.name}.{column}: unsupported type {sql_type!r}")
@@ -234,10 +194,10 @@ class Table(Generic[H]):
             if self.stream_key is not None:
                 raise ValueError(f"table {self.name}: an aggregate table has no stream_key")
             for column in self.value_columns:  # handlers only add increments to them
-                if self.columns[column] not in ("BIGINT", "INTEGER", "DOUBLE") and \
-                        not self.columns[column].startswith("DECIMAL"):
+                sql_type = self.sql_types[column]
+                if sql_type not in ("BIGINT", "INTEGER", "DOUBLE") and not sql_type.startswith("DECIMAL"):
                     raise ValueError(f"table {self.name}: aggregate value column {column} must be a number "
-                                     f"(BIGINT, INTEGER, DOUBLE or DECIMAL), not {self.columns[column]}")
+                                     f"(BIGINT, INTEGER, DOUBLE or DECIMAL), not {sql_type}")
         else:
             raise ValueError(f"table {self.name}: unknown kind {self.kind!r}")
 
@@ -257,13 +217,13 @@ class Table(Generic[H]):
     def normalise_row(self) -> Callable[[Mapping[str, Any]], dict]:
         """row -> a new dict with every column, in declared order, each value of its column's Python
         type (`pipelines.columns.row_normaliser`)."""
-        return row_normaliser(self.name, self.columns, self.primary_key)
+        return row_normaliser(self.name, self.sql_types, self.primary_key)
 
     @cached_property
     def utc_columns(self) -> tuple[str, ...]:
         """The TIMESTAMPTZ columns: a pass reads stored rows from Arrow, whose times carry the session's
         zone object, and hands them to handlers in `timezone.utc`, as `column_converter` writes them."""
-        return tuple(c for c, t in self.columns.items() if t == "TIMESTAMPTZ")
+        return tuple(c for c, t in self.sql_types.items() if t == "TIMESTAMPTZ")
 
     @cached_property
     def key_class(self) -> type | None:
@@ -271,7 +231,7 @@ class Table(Generic[H]):
         always converted: integers for their range, DOUBLE for finiteness, DECIMAL and TIMESTAMPTZ)."""
         if len(self.primary_key) != 1:
             return None
-        sql_type = self.columns[self.primary_key[0]]
+        sql_type = self.sql_types[self.primary_key[0]]
         return EXACT_TYPES[sql_type] if sql_type in ("VARCHAR", "BOOLEAN", "DATE") else None
 
     @cached_property
@@ -279,24 +239,24 @@ class Table(Generic[H]):
         """Per value column, the class an aggregate increment needs no conversion for (its sum is still
         checked by `sum_checks`); a DECIMAL increment is always rounded to its scale."""
         return {c: int if t in INT_RANGE else float if t == "DOUBLE" else None
-                for c, t in self.columns.items() if c in self.value_column_set}
+                for c, t in self.sql_types.items() if c in self.value_column_set}
 
     @cached_property
     def key_converters(self) -> tuple[Callable[[Any], Any], ...]:
         """One converter per primary key column (for `get`/`delete` arguments and aggregate keys)."""
-        return tuple(column_converter(self.columns[c], nullable=False, where=f"{self.name}.{c}")
+        return tuple(column_converter(self.sql_types[c], nullable=False, where=f"{self.name}.{c}")
                      for c in self.primary_key)
 
     @cached_property
     def value_converters(self) -> dict[str, Callable[[Any], Any]]:
-        return {c: column_converter(self.columns[c], nullable=True, where=f"{self.name}.{c}")
+        return {c: column_converter(self.sql_types[c], nullable=True, where=f"{self.name}.{c}")
                 for c in self.value_columns}
 
     @cached_property
     def sum_checks(self) -> dict[str, Callable[[Any], None]]:
         """Per numeric value column: raise `Reject` when a sum of converted values no longer fits (a sum
         of values rounded to a DECIMAL's scale keeps that scale, so only its size needs checking)."""
-        checks = {c: sum_check(self.columns[c], f"{self.name}.{c}") for c in self.value_columns}
+        checks = {c: sum_check(self.sql_types[c], f"{self.name}.{c}") for c in self.value_columns}
         return {c: check for c, check in checks.items() if check is not None}
 
     @property
@@ -309,12 +269,24 @@ class Table(Generic[H]):
         key columns are NOT NULL, and its rows unique by construction (a commit replaces a walked stream's
         keyed rows, appended keys increase), which the `keys_unique` asset check watches (docs/STORE.md)."""
         keys = set(self.primary_key)
-        cols = ", ".join(f'"{c}" {t}' + (" NOT NULL" if c in keys else "") for c, t in self.columns.items())
+        cols = ", ".join(f'"{c}" {t}' + (" NOT NULL" if c in keys else "") for c, t in self.sql_types.items())
         name = qualified_name or f'"{self.name}"'
         if self.kind != "aggregate":
             return f"CREATE TABLE IF NOT EXISTS {name} ({cols})"
         pk = ", ".join(f'"{c}"' for c in self.primary_key)
         return f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))"
+
+
+class Tables:
+    """What a handler receives: each table's handle by its declaration, `tables[ORDERS].row`, which an editor
+    completes from the table's kind (its name works too, `tables["orders"]`)."""
+
+    def __init__(self, members: dict[str, Any]) -> None:
+        self.__dict__.update(members)
+
+    def __getitem__(self, table: Table[H] | str) -> H:
+        """A table's handle, by its declaration (typed for editors: `tables[ORDERS].row`) or its name."""
+        return self.__dict__[table if isinstance(table, str) else table.name]
 
 
 @dataclass(frozen=True)
@@ -367,8 +339,8 @@ class HandlerRegistrationClosed(RuntimeError):
 
 
 class Handlers(Mapping[str, Handler]):
-    """A view's handlers, event type -> function: those given to `View(handlers=...)` and those
-    `@VIEW.on(...)` registers while the view's modules are imported. The registry seals it when it
+    """A view's handlers, event type -> function, which `@VIEW.on(...)` registers while the view's modules
+    are imported. The registry seals it when it
     loads the view (`pipelines.registry.load_views`): a handler registered later would run unseen by the
     view's fingerprint, so it is refused (`HandlerRegistrationClosed`)."""
 
@@ -479,7 +451,7 @@ class AggregateTable(Protocol):
 class View:
     """A projection: its tables, the stream types it subscribes to, its policies, and its handlers, which
     `@VIEW.on(...)` registers while the view's modules are imported (kept in the view's `Handlers`,
-    sealed once the view is loaded to run; `handlers={...}` is the older form).
+    sealed once the view is loaded to run; `dataclasses.replace` copies them).
 
     on_error: what a `Reject` does to its stream: `skip` (log it, go on) or `park` (the stream waits
     for `inorder retry`/`skip`). on_bug: the same for any other exception (a bug in the view):
@@ -495,13 +467,12 @@ class View:
     name: str
     tables: tuple[Table, ...]
     subscribes: tuple[str, ...]
-    handlers: Mapping[str, Handler] = field(default_factory=dict)  # held as `Handlers`
+    handlers: Handlers | None = None  # made by the view; given only by `dataclasses.replace`, which copies it
     gap_timeout: float = 600.0
     max_pending: int = 10_000
     on_error: OnError = "skip"
     on_bug: OnBug = "park"
     predicate: Callable[["Event"], bool] | None = None
-    expectations: tuple[Expectation, ...] = field(default=())
     alerts: Alerts = Alerts()
     # shown in the Dagster UI: who owns the view ("team:payments", "ada@example.com") and tags
     owners: tuple[str, ...] = ()
@@ -522,16 +493,12 @@ class View:
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "view")
-        if self.handlers and not isinstance(self.handlers, Handlers):
-            deprecated(f"view {self.name}: View(handlers={{…}})", "register each handler with @VIEW.on(EventClass) "
-                       "(or @VIEW.on('EventType') for an untyped payload)")
-        if self.expectations:
-            deprecated(f"view {self.name}: View(expectations=…)", "put the rules on the columns: Column(…, "
-                       "not_null=True, min=…, max=…, one_of=…, unique=True), and Table(unique=[…]) for groups")
-        object.__setattr__(self, "handlers", Handlers(self.name, self.handlers))  # its own: `on` adds to it
+        if self.handlers is not None and not isinstance(self.handlers, Handlers):
+            raise TypeError(f"view {self.name}: register each handler with @VIEW.on(EventClass) "
+                            "(or @VIEW.on('EventType') for an untyped payload)")
+        object.__setattr__(self, "handlers", Handlers(self.name, self.handlers or {}))  # its own: `on` adds to it
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "subscribes", tuple(self.subscribes))
-        object.__setattr__(self, "expectations", tuple(self.expectations))
         object.__setattr__(self, "owners", tuple(self.owners))
         object.__setattr__(self, "tags", dict(self.tags))
         object.__setattr__(self, "migrations", tuple(self.migrations))
@@ -601,9 +568,8 @@ class View:
 
     @cached_property
     def rules(self) -> tuple[Expectation, ...]:
-        """Every data-quality rule of the view: its tables' column rules and unique groups, then the
-        `expectations` declared the older way."""
-        return (*(rule for table in self.tables for rule in table.rules), *self.expectations)
+        """Every data-quality rule of the view: its tables' column rules and unique groups."""
+        return tuple(rule for table in self.tables for rule in table.rules)
 
     @cached_property
     def gap_timeout_us(self) -> int:

@@ -10,8 +10,8 @@ from dataclasses import replace
 from decimal import Decimal
 
 import views.account_activity as activity
-from pipelines.view import Event
-from tests.bank_classic_views import amount_of
+from pipelines.view import Column, Event, Handlers
+from tests.builders import amount_of
 
 VIEWS = "views.accounts,views.daily_totals,tests.bank_changed"
 
@@ -35,5 +35,6 @@ def withdrawn(event: Event, tables) -> None:
 
 
 (_TABLE,) = activity.VIEW.tables
-ACCOUNT_ACTIVITY = replace(activity.VIEW, tables=(replace(_TABLE, columns={**_TABLE.columns, "direction": "VARCHAR"}),),
-                           handlers={"Deposited": deposited, "Withdrawn": withdrawn})
+ACCOUNT_ACTIVITY = replace(activity.VIEW,
+                           tables=(replace(_TABLE, columns={**_TABLE.columns, "direction": Column(str)}),),
+                           handlers=Handlers(activity.VIEW.name, {"Deposited": deposited, "Withdrawn": withdrawn}))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
+from pipelines.view import Event, Reject
 from tests.reference_model import Entry
 
 T0 = 1_700_000_000.0
@@ -24,6 +26,21 @@ def dep(stream, seq, amount):
 
 def wd(stream, seq, amount):
     return msg(stream, seq, "Withdrawn", amount=amount)
+
+
+def amount_of(event: Event) -> Decimal:
+    """The `amount` of a `dep` or `wd` message, as the test views read it: a JSON number > 0 with at most
+    two decimals that fits DECIMAL(18,2), or a `Reject` saying why not."""
+    amount = event.payload.get("amount") if type(event.payload) is dict else None
+    if type(amount) is int:
+        amount = Decimal(amount)
+    elif type(amount) is not Decimal:  # bool, str, None, objects: not a JSON number
+        raise Reject(f"amount must be a JSON number, got {amount!r}")
+    if not Decimal(0) < amount <= Decimal("9999999999999999.99"):
+        raise Reject(f"amount {amount} is not > 0 or does not fit DECIMAL(18,2)")
+    if amount.quantize(Decimal("0.01")) != amount:
+        raise Reject(f"amount {amount} has more than two decimals")
+    return amount.quantize(Decimal("0.01"))
 
 
 def batch(n, t, *lines):

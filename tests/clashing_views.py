@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pipelines.view import Table, View
+from pipelines.view import DECIMAL, Column, Table, View
 
-NOTES = Table(  # keyed: stream key `view`, `kind` in the key, `stream_id` a plain column
-    "notes", {"view": "VARCHAR", "kind": "VARCHAR", "stream_id": "VARCHAR", "seq": "BIGINT", "data": "VARCHAR",
-              "state": "DECIMAL(18,2)", "n": "BIGINT"},
-    primary_key=("view", "kind"), kind="keyed", stream_key="view")
-LOG = Table(  # append: stream key `name`, `stream_id` in the key (the engine's window over it once failed)
-    "log", {"name": "VARCHAR", "stream_id": "VARCHAR", "entry_idx": "BIGINT", "line": "BIGINT", "payload": "VARCHAR",
-            "event_type": "VARCHAR", "batch_id": "VARCHAR", "view": "VARCHAR"},
-    primary_key=("name", "stream_id"), kind="append", stream_key="name")
-TOTALS = Table(  # aggregate: `stream_id` and `kind` are its key
-    "totals", {"stream_id": "VARCHAR", "kind": "VARCHAR", "n": "BIGINT", "seq": "BIGINT"},
-    primary_key=("stream_id", "kind"), kind="aggregate")
+NOTES = Table.keyed(  # stream key `view`, `kind` in the key, `stream_id` a plain column
+    "notes", {"view": Column(str), "kind": Column(str), "stream_id": Column(str), "seq": Column(int),
+              "data": Column(str), "state": Column(DECIMAL(18, 2)), "n": Column(int)},
+    key=("view", "kind"), stream_key="view")
+LOG = Table.append(  # stream key `name`, `stream_id` in the key (the engine's window over it once failed)
+    "log", {"name": Column(str), "stream_id": Column(str), "entry_idx": Column(int), "line": Column(int),
+            "payload": Column(str), "event_type": Column(str), "batch_id": Column(str), "view": Column(str)},
+    key=("name", "stream_id"), stream_key="name")
+TOTALS = Table.aggregate(  # `stream_id` and `kind` are its key
+    "totals", {"stream_id": Column(str), "kind": Column(str), "n": Column(int), "seq": Column(int)},
+    key=("stream_id", "kind"))
 
 CLASHING = View(name="clashing", tables=(NOTES, LOG, TOTALS), subscribes=("thing",))
 

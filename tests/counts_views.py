@@ -5,18 +5,18 @@ a busy account fails. Its handlers run on Spark's Python workers, where this mod
 
 from __future__ import annotations
 
-from pipelines.view import Table, View, between
-from tests.bank_classic_views import amount_of
+from pipelines.view import Column, Table, View
+from tests.builders import amount_of
 
 BUG_ABOVE = 1000  # a deposit over this reads a payload field that no message has: a KeyError, a bug
 MOST_DEPOSITS = 3  # an expectation that an account with more deposits fails (`inorder checks` names its writer)
 
 AUDIT = View(
     name="audit",
-    tables=(Table("audit_accounts", {"account_id": "VARCHAR", "deposits": "BIGINT"}, ("account_id",),
-                  stream_key="account_id"),
-            Table("audit_types", {"event_type": "VARCHAR", "n": "BIGINT"}, ("event_type",), kind="aggregate")),
-    subscribes=("account",), expectations=(between("audit_accounts", "deposits", 0, MOST_DEPOSITS),))
+    tables=(Table.per_stream("audit_accounts", key="account_id",
+                             columns={"account_id": Column(str), "deposits": Column(int, min=0, max=MOST_DEPOSITS)}),
+            Table.aggregate("audit_types", {"event_type": Column(str), "n": Column(int)}, key=("event_type",))),
+    subscribes=("account",))
 
 
 @AUDIT.on("AccountOpened")

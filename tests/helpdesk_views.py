@@ -3,52 +3,63 @@
 Tests load it as `tests.helpdesk_views`, and copy it outside the repository as `helpdesk_views` (on
 PYTHONPATH, named in INORDER_VIEWS) for the CLI. Every column type is written, read back by a later
 event and computed with, so a value that came back from the store with another Python type than
-it went in with breaks a handler (a bug: the stream parks) or changes a result.
-"""
+it went in with breaks a handler (a bug: the stream parks) or changes a result."""
 
 from __future__ import annotations
 
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import Protocol
+from typing import Annotated
 
-from pipelines.view import (AggregateTable, AppendTable, Event, KeyedTable, Reject, Table, View, between, in_set,
-                            not_null, unique)
+import msgspec
 
-TICKETS = Table("tickets", columns={
-    "ticket_id": "VARCHAR", "title": "VARCHAR", "status": "VARCHAR", "opened_on": "DATE", "opened_at": "TIMESTAMPTZ",
-    "priority": "INTEGER", "replies": "BIGINT", "urgent": "BOOLEAN", "effort_hours": "DOUBLE",
-    "cost": "DECIMAL(10,2)", "days_open": "INTEGER", "hours_to_reply": "DOUBLE", "last_on": "DATE",
-}, primary_key=("ticket_id",), kind="keyed", stream_key="ticket_id")
-TICKET_LOG = Table("ticket_log", columns={
-    "ticket_id": "VARCHAR", "n": "BIGINT", "at": "TIMESTAMPTZ", "on_day": "DATE", "kind": "VARCHAR",
-    "same_day": "BOOLEAN", "gap_hours": "DOUBLE", "cost_so_far": "DECIMAL(12,2)",
-}, primary_key=("ticket_id", "n"), kind="append", stream_key="ticket_id")
-TICKET_DAYS = Table("ticket_days", columns={
-    "day": "DATE", "opened": "BIGINT", "effort_hours": "DOUBLE", "cost": "DECIMAL(12,2)", "urgent": "INTEGER",
-}, primary_key=("day",), kind="aggregate")
+from inorder import DECIMAL, INTEGER, Check, Column, Event, Reject, Table, View
 
 
-class HelpdeskTables(Protocol):
-    tickets: KeyedTable
-    ticket_log: AppendTable
-    ticket_days: AggregateTable
+class TicketOpened(msgspec.Struct, frozen=True):
+    priority: Annotated[int, msgspec.Meta(ge=1, le=5)]
+    urgent: bool
+    cost: Decimal
+    title: str = ""
 
 
-HELPDESK = View(
-    name="helpdesk",
-    tables=(TICKETS, TICKET_LOG, TICKET_DAYS),
-    subscribes=("ticket",),
-    on_error="park",
-    expectations=(
-        *not_null("tickets", "ticket_id", "status", "opened_on", "opened_at", "cost"),
-        unique("tickets", "ticket_id"),
-        in_set("tickets", "status", ("open", "closed")),
-        between("tickets", "priority", min_value=1, max_value=5),
-        unique("ticket_log", "ticket_id", "n"),
-        between("ticket_days", "opened", min_value=0),
-    ),
-)
+class Replied(msgspec.Struct, frozen=True):
+    pass
+
+
+class EffortLogged(msgspec.Struct, frozen=True):
+    hours: Annotated[Decimal, Check(gt=0)]
+    rate: Decimal = Decimal(0)
+
+
+class Closed(msgspec.Struct, frozen=True):
+    pass
+
+
+class Reopened(msgspec.Struct, frozen=True):
+    pass
+
+
+TICKETS = Table.per_stream("tickets", key="ticket_id", columns={
+    "ticket_id": Column(str, not_null=True, unique=True), "title": Column(str),
+    "status": Column(str, not_null=True, one_of=("open", "closed")), "opened_on": Column(date, not_null=True),
+    "opened_at": Column(datetime, not_null=True), "priority": Column(INTEGER, min=1, max=5),
+    "replies": Column(int), "urgent": Column(bool), "effort_hours": Column(float),
+    "cost": Column(DECIMAL(10, 2), not_null=True), "days_open": Column(INTEGER), "hours_to_reply": Column(float),
+    "last_on": Column(date),
+})
+TICKET_LOG = Table.append("ticket_log", key=("ticket_id", "n"), stream_key="ticket_id", unique=(("ticket_id", "n"),),
+                          columns={
+    "ticket_id": Column(str), "n": Column(int), "at": Column(datetime), "on_day": Column(date), "kind": Column(str),
+    "same_day": Column(bool), "gap_hours": Column(float), "cost_so_far": Column(DECIMAL(12, 2)),
+})
+TICKET_DAYS = Table.aggregate("ticket_days", key=("day",), columns={
+    "day": Column(date), "opened": Column(int, min=0), "effort_hours": Column(float), "cost": Column(DECIMAL(12, 2)),
+    "urgent": Column(INTEGER),
+})
+
+HELPDESK = View(name="helpdesk", tables=(TICKETS, TICKET_LOG, TICKET_DAYS), subscribes=("ticket",),
+                on_error="park")
 
 
 def _moment(event: Event) -> datetime:
@@ -58,8 +69,8 @@ def _moment(event: Event) -> datetime:
         raise Reject(f"occurred_at {event.occurred_at!r} is not an ISO 8601 time") from None
 
 
-def _ticket(event: Event, tables: HelpdeskTables) -> dict:
-    row = tables.tickets.get(event.stream_id)
+def _ticket(tables) -> dict:
+    row = tables.tickets.row
     if row is None:
         raise Reject("no such ticket")
     # the types a handler relies on, in every run however the messages were split
@@ -69,7 +80,7 @@ def _ticket(event: Event, tables: HelpdeskTables) -> dict:
     return row
 
 
-def _log(event: Event, tables: HelpdeskTables, row: dict, kind: str) -> None:
+def _log(event: Event, tables, row: dict, kind: str) -> None:
     at = _moment(event)
     last = tables.ticket_log.last()
     if last is not None:
@@ -82,54 +93,41 @@ def _log(event: Event, tables: HelpdeskTables, row: dict, kind: str) -> None:
         "cost_so_far": row["cost"]})
 
 
-@HELPDESK.on("TicketOpened")
-def opened(event: Event, tables: HelpdeskTables) -> None:
-    p = event.payload
-    priority, urgent, cost = p.get("priority"), p.get("urgent"), p.get("cost")
-    if type(priority) is not int or not 1 <= priority <= 5:
-        raise Reject(f"priority must be 1..5, got {priority!r}")
-    if type(urgent) is not bool or type(cost) not in (int, Decimal):
-        raise Reject("urgent must be a boolean and cost a number")
+@HELPDESK.on(TicketOpened)
+def opened(e: TicketOpened, tables, event: Event) -> None:
     at = _moment(event)
-    row = {"ticket_id": event.stream_id, "title": str(p.get("title", "")), "status": "open", "opened_on": at.date(),
-           "opened_at": at, "priority": priority, "replies": 0, "urgent": urgent, "effort_hours": 0.0,
-           "cost": cost, "days_open": 0, "hours_to_reply": None, "last_on": at.date()}
-    tables.tickets.put(row)
-    _log(event, tables, tables.tickets.get(event.stream_id), "opened")
-    tables.ticket_days.add({"day": at.date()}, opened=1, urgent=1 if urgent else 0, cost=cost)
+    tables.tickets.save(title=e.title, status="open", opened_on=at.date(), opened_at=at, priority=e.priority,
+                        replies=0, urgent=e.urgent, effort_hours=0.0, cost=e.cost, days_open=0, hours_to_reply=None,
+                        last_on=at.date())
+    _log(event, tables, tables.tickets.row, "opened")
+    tables.ticket_days.add({"day": at.date()}, opened=1, urgent=1 if e.urgent else 0, cost=e.cost)
 
 
-@HELPDESK.on("Replied")
-def replied(event: Event, tables: HelpdeskTables) -> None:
-    row, at = _ticket(event, tables), _moment(event)
-    if row["hours_to_reply"] is None:
-        row["hours_to_reply"] = (at - row["opened_at"]).total_seconds() / 3600
-    row["replies"] += 1
-    row["days_open"], row["last_on"] = (at.date() - row["opened_on"]).days, at.date()
-    tables.tickets.put(row)
-    _log(event, tables, row, "replied")
+@HELPDESK.on(Replied)
+def replied(e: Replied, tables, event: Event) -> None:
+    row, at = _ticket(tables), _moment(event)
+    tables.tickets.save(replies=row["replies"] + 1, days_open=(at.date() - row["opened_on"]).days, last_on=at.date(),
+                        hours_to_reply=(at - row["opened_at"]).total_seconds() / 3600
+                        if row["hours_to_reply"] is None else row["hours_to_reply"])
+    _log(event, tables, tables.tickets.row, "replied")
 
 
-@HELPDESK.on("EffortLogged")
-def effort(event: Event, tables: HelpdeskTables) -> None:
-    row, hours = _ticket(event, tables), event.payload.get("hours")
-    rate = event.payload.get("rate", 0)
-    if type(hours) not in (int, Decimal) or hours <= 0 or type(rate) not in (int, Decimal):
-        raise Reject(f"hours must be a positive number, got {hours!r}")
-    row["effort_hours"] += float(hours)  # quarter hours: exact in binary, so sums never depend on order
-    row["cost"] += Decimal(hours) * rate
-    if row["cost"] >= Decimal("100000000"):
+@HELPDESK.on(EffortLogged)
+def effort(e: EffortLogged, tables, event: Event) -> None:
+    row = _ticket(tables)
+    cost = row["cost"] + e.hours * e.rate
+    if cost >= Decimal("100000000"):
         raise Reject("cost over the ticket limit")
-    tables.tickets.put(row)
-    _log(event, tables, tables.tickets.get(event.stream_id), "effort")
-    tables.ticket_days.add({"day": row["opened_on"]}, effort_hours=float(hours), cost=Decimal(hours) * rate)
+    # quarter hours: exact in binary, so sums never depend on order
+    tables.tickets.save(effort_hours=row["effort_hours"] + float(e.hours), cost=cost)
+    _log(event, tables, tables.tickets.row, "effort")
+    tables.ticket_days.add({"day": row["opened_on"]}, effort_hours=float(e.hours), cost=e.hours * e.rate)
 
 
-@HELPDESK.on("Closed", "Reopened")
-def closed_or_reopened(event: Event, tables: HelpdeskTables) -> None:
-    row, at = _ticket(event, tables), _moment(event)
-    row["status"] = "closed" if event.event_type == "Closed" else "open"
-    row["days_open"], row["last_on"] = (at.date() - row["opened_on"]).days, at.date()
-    row["urgent"] = row["urgent"] and event.event_type == "Reopened"
-    tables.tickets.put(row)
-    _log(event, tables, row, event.event_type.lower())
+@HELPDESK.on(Closed, Reopened)
+def closed_or_reopened(e: Closed | Reopened, tables, event: Event) -> None:
+    row, at = _ticket(tables), _moment(event)
+    reopened = isinstance(e, Reopened)
+    tables.tickets.save(status="open" if reopened else "closed", days_open=(at.date() - row["opened_on"]).days,
+                        last_on=at.date(), urgent=row["urgent"] and reopened)
+    _log(event, tables, tables.tickets.row, event.event_type.lower())

@@ -7,15 +7,14 @@ importable there, as `tests.holds_views`)."""
 
 from __future__ import annotations
 
-from pipelines.view import Reject, Table, View
-from tests.builders import batch, dep, msg, opened, wd
-from tests.bank_classic_views import amount_of
+from pipelines.view import DECIMAL, Column, Reject, Table, View
+from tests.builders import amount_of, batch, dep, msg, opened, wd
 
 HOLDS = View(
     name="holds",
-    tables=(Table("holds", {"account_id": "VARCHAR", "seq": "BIGINT", "amount": "DECIMAL(18,2)"},
-                  ("account_id", "seq"), stream_key="account_id"),
-            Table("releases", {"account_id": "VARCHAR", "n": "BIGINT"}, ("account_id",), kind="aggregate")),
+    tables=(Table.keyed("holds", {"account_id": Column(str), "seq": Column(int), "amount": Column(DECIMAL(18, 2))},
+                        key=("account_id", "seq"), stream_key="account_id"),
+            Table.aggregate("releases", {"account_id": Column(str), "n": Column(int)}, key=("account_id",))),
     subscribes=("account",), on_error="park")
 
 

@@ -285,7 +285,7 @@ class _Handle:
         unknown = set(row) - set(self._t.columns)
         if unknown:
             raise KeyError(f"table {self._t.name} has no columns {sorted(unknown)}")
-        out = {c: _norm_value(t, row.get(c)) for c, t in self._t.columns.items()}
+        out = {c: _norm_value(t, row.get(c)) for c, t in self._t.sql_types.items()}
         if any(out[c] is None for c in self._t.primary_key):
             raise ValueError(f"table {self._t.name}: a primary key column is None")
         if self._t.stream_key is not None and out[self._t.stream_key] != self._tx.stream_id:
@@ -295,7 +295,7 @@ class _Handle:
     def _key(self, values: tuple) -> tuple:
         if len(values) != len(self._t.primary_key) or any(v is None for v in values):
             raise TypeError(f"table {self._t.name}: primary key is {self._t.primary_key}")
-        return tuple(_norm_value(self._t.columns[c], v) for c, v in zip(self._t.primary_key, values))
+        return tuple(_norm_value(self._t.sql_types[c], v) for c, v in zip(self._t.primary_key, values))
 
     def _rows(self) -> dict:
         rows = dict(self._tx.store[self._t.name])
@@ -379,12 +379,12 @@ class _Handle:
         pk = self._key(tuple(key[c] for c in self._t.primary_key))
         row = self._read(pk)
         if row is None:
-            row = {c: _zero(t) for c, t in self._t.columns.items()} | dict(zip(self._t.primary_key, pk))
+            row = {c: _zero(t) for c, t in self._t.sql_types.items()} | dict(zip(self._t.primary_key, pk))
         row = dict(row)
         for column, amount in increments.items():
             if column not in self._t.value_columns:
                 raise KeyError(f"table {self._t.name}: {column} is not a value column")
-            row[column] = row[column] + _norm_value(self._t.columns[column], amount)
+            row[column] = row[column] + _norm_value(self._t.sql_types[column], amount)
         self._write(pk, self._row(row))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from inorder import DECIMAL, Alerts, Column, Event, Table, View
+from inorder import DECIMAL, Alerts, Column, Event, Table, Tables, View
 from views.design import LATE_BY_DESIGN
 from views.events import Deposited, Withdrawn
 
@@ -30,10 +30,10 @@ VIEW = View(
 )
 
 
-def _record(tables, event: Event, signed_amount: Decimal, amount: Decimal) -> None:
-    last = tables.account_activity.last()
+def _record(tables: Tables, event: Event, signed_amount: Decimal, amount: Decimal) -> None:
+    last = tables[ACCOUNT_ACTIVITY].last()
     position, total = (1, Decimal("0.00")) if last is None else (last["position"] + 1, last["running_total"])
-    tables.account_activity.append({
+    tables[ACCOUNT_ACTIVITY].append({
         "account_id": event.stream_id,
         "position": position,
         "seq": event.seq,
@@ -44,10 +44,10 @@ def _record(tables, event: Event, signed_amount: Decimal, amount: Decimal) -> No
 
 
 @VIEW.on(Deposited)
-def deposited(deposit: Deposited, tables, event: Event) -> None:
+def deposited(deposit: Deposited, tables: Tables, event: Event) -> None:
     _record(tables, event, deposit.amount, deposit.amount)
 
 
 @VIEW.on(Withdrawn)
-def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
+def withdrawn(withdrawal: Withdrawn, tables: Tables, event: Event) -> None:
     _record(tables, event, -withdrawal.amount, withdrawal.amount)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from inorder import DECIMAL, Alerts, Column, Event, Reject, Table, Thresholds, View
+from inorder import DECIMAL, Alerts, Column, Event, Reject, Table, Tables, Thresholds, View
 from views.design import LATE_BY_DESIGN
 from views.events import AccountOpened, Deposited, Withdrawn
 
@@ -36,33 +36,33 @@ VIEW = View(
 )
 
 
-def _open_account(tables) -> dict:
-    row = tables.accounts.row
+def _open_account(tables: Tables) -> dict:
+    row = tables[ACCOUNTS].row
     if row is None or row["status"] != "open":
         raise Reject("account not open")
     return row
 
 
-def _save_applied(tables, row: dict, event: Event, **changes) -> None:
-    tables.accounts.save(**changes, version=event.seq, event_count=row["event_count"] + 1)
+def _save_applied(tables: Tables, row: dict, event: Event, **changes) -> None:
+    tables[ACCOUNTS].save(**changes, version=event.seq, event_count=row["event_count"] + 1)
 
 
 @VIEW.on(AccountOpened)
-def account_opened(opened: AccountOpened, tables, event: Event) -> None:
-    if tables.accounts.row is not None:
+def account_opened(opened: AccountOpened, tables: Tables, event: Event) -> None:
+    if tables[ACCOUNTS].row is not None:
         raise Reject("account already exists")
-    tables.accounts.save(owner=opened.owner, balance=Decimal("0.00"), status="open", version=event.seq,
+    tables[ACCOUNTS].save(owner=opened.owner, balance=Decimal("0.00"), status="open", version=event.seq,
                          event_count=1)
 
 
 @VIEW.on(Deposited)
-def deposited(deposit: Deposited, tables, event: Event) -> None:
+def deposited(deposit: Deposited, tables: Tables, event: Event) -> None:
     row = _open_account(tables)
     _save_applied(tables, row, event, balance=row["balance"] + deposit.amount)
 
 
 @VIEW.on(Withdrawn)
-def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
+def withdrawn(withdrawal: Withdrawn, tables: Tables, event: Event) -> None:
     row = _open_account(tables)
     if withdrawal.amount > row["balance"]:
         raise Reject("insufficient funds")
@@ -70,7 +70,7 @@ def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
 
 
 @VIEW.on("AccountClosed")  # its payload is not read: any payload closes the account
-def account_closed(event: Event, tables) -> None:
+def account_closed(event: Event, tables: Tables) -> None:
     row = _open_account(tables)
     if row["balance"] != 0:
         raise Reject(f"balance is {row['balance']}, not 0")

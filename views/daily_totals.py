@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
-from inorder import DECIMAL, Alerts, Column, Event, Reject, Table, View
+from inorder import DECIMAL, Alerts, Column, Event, Reject, Table, Tables, View
 from views.design import LATE_BY_DESIGN
 from views.events import Deposited, Withdrawn
 
@@ -43,10 +43,10 @@ def utc_day(event: Event) -> date:
 
 
 @VIEW.on(Deposited)
-def deposited(deposit: Deposited, tables, event: Event) -> None:
-    tables.daily_totals.add({"day": utc_day(event)}, deposits=deposit.amount, deposit_count=1)
+def deposited(deposit: Deposited, tables: Tables, event: Event) -> None:
+    tables[DAILY_TOTALS].add({"day": utc_day(event)}, deposits=deposit.amount, deposit_count=1)
 
 
 @VIEW.on(Withdrawn)
-def withdrawn(withdrawal: Withdrawn, tables, event: Event) -> None:
-    tables.daily_totals.add({"day": utc_day(event)}, withdrawals=withdrawal.amount, withdrawal_count=1)
+def withdrawn(withdrawal: Withdrawn, tables: Tables, event: Event) -> None:
+    tables[DAILY_TOTALS].add({"day": utc_day(event)}, withdrawals=withdrawal.amount, withdrawal_count=1)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from pipelines import faults
 from pipelines.faults import crash_point
 from pipelines.engine.outcomes import Outcome
-from pipelines.view import H, Event, Table, View
+from pipelines.view import Event, Table, Tables, View
 
 # what `apply` returns: outcomes as plain strings (the walk counts by them per message)
 APPLIED, IGNORED, HANDLER_ERROR = Outcome.APPLIED.value, Outcome.IGNORED.value, Outcome.HANDLER_ERROR.value
@@ -192,17 +192,6 @@ class AggregateIncrements:
             merged[column] = amount
         self._journal.append((self.sums, k, _MISSING if current is None else current))
         self.sums[k] = merged
-
-
-class Tables:
-    """What a handler receives: one attribute per table of the view."""
-
-    def __init__(self, members: dict[str, Any]) -> None:
-        self.__dict__.update(members)
-
-    def __getitem__(self, table: Table[H] | str) -> H:
-        """A table's handle, by its declaration (typed for editors: `tables[ORDERS].row`) or its name."""
-        return self.__dict__[table if isinstance(table, str) else table.name]
 
 
 class StreamApplier:

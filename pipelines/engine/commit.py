@@ -42,7 +42,7 @@ def _write_view_tables(store: Store, view: View, layout: Layout) -> None:
         cols = ", ".join(f'"{c}"' for c in table.columns)
         if table.kind == "keyed":
             con.execute(f'DELETE FROM {target} t USING ({walked_streams_sql(view)}) w '
-                        f'WHERE t."{table.stream_key}" = CAST(w.stream_id AS {table.columns[table.stream_key]})')
+                        f'WHERE t."{table.stream_key}" = CAST(w.stream_id AS {table.sql_types[table.stream_key]})')
         if table.kind in ("keyed", "append"):
             con.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)})")
         if table.kind == "append":  # the newest row of each stream that appended (Layout.newest_rows)

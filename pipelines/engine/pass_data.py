@@ -34,7 +34,7 @@ def arrow_type(sql_type: str) -> pa.DataType:
 
 def row_type(table: Table) -> pa.StructType:
     """One row of `table`, a field per column in its declared type."""
-    return pa.struct([(column, arrow_type(sql_type)) for column, sql_type in table.columns.items()])
+    return pa.struct([(column, arrow_type(sql_type)) for column, sql_type in table.sql_types.items()])
 
 
 def row_column(view_name: str, table_name: str) -> str:

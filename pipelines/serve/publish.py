@@ -176,7 +176,7 @@ class Publisher:
 
     def _table_ddl(self, table: Table) -> list[str]:
         cols = ", ".join(f'"{c}" {pg_type(t)}' + (" NOT NULL" if c in table.key_set else "")
-                         for c, t in table.columns.items())
+                         for c, t in table.sql_types.items())
         pk = ", ".join(f'"{c}"' for c in table.primary_key)
         ddl = [f"CREATE TABLE {self.target.qualified(table.name)} ({cols}, PRIMARY KEY ({pk}))"]
         if table.stream_key is not None and table.primary_key[0] != table.stream_key:
@@ -206,7 +206,7 @@ class Publisher:
         if view.name in self._views_ready and not recreate:
             return
         for table in view.tables:
-            wanted = ([(c, pg_type(t)) for c, t in table.columns.items()], list(table.primary_key))
+            wanted = ([(c, pg_type(t)) for c, t in table.sql_types.items()], list(table.primary_key))
             shape = self._shape(table)
             if shape == wanted:
                 continue
@@ -316,7 +316,7 @@ class Publisher:
         elif table.kind == "append" and mode == "delta":
             rows_sql, params = f"SELECT {cols} FROM ({pass_rows_sql(view, table, OutputKind.ROWS)})", []
         else:  # a keyed table's delta, or a stream table's catch-up: the changed streams' rows
-            key_type = table.columns[table.stream_key]
+            key_type = table.sql_types[table.stream_key]
             if mode == "delta":
                 streams, params = f"SELECT DISTINCT w.stream_id FROM ({walked_streams_sql(view)}) w", []
             else:
@@ -327,14 +327,14 @@ class Publisher:
                         f"(SELECT CAST(s.stream_id AS {key_type}) FROM ({streams}) s)")
         stage = f"inorder_stage_{table.name}"
         self.pg.execute(f'CREATE TEMP TABLE "{stage}" (LIKE {target}) ON COMMIT DROP')
-        sent = self._copy(f'"{stage}"', table.columns, con.execute(rows_sql, params))
+        sent = self._copy(f'"{stage}"', table.sql_types, con.execute(rows_sql, params))
         if stream_scope == "all":
             self.pg.execute(f"DELETE FROM {target}")
         elif stream_scope is not None:
             scope_sql, scope_params = stream_scope
             self.pg.execute(f'CREATE TEMP TABLE "inorder_scope" ("{table.stream_key}" '
-                            f"{pg_type(table.columns[table.stream_key])}) ON COMMIT DROP")
-            self._copy('"inorder_scope"', {table.stream_key: table.columns[table.stream_key]},
+                            f"{pg_type(table.sql_types[table.stream_key])}) ON COMMIT DROP")
+            self._copy('"inorder_scope"', {table.stream_key: table.sql_types[table.stream_key]},
                        con.execute(scope_sql, scope_params))
             self.pg.execute(f'DELETE FROM {target} t USING "inorder_scope" s '
                             f'WHERE t."{table.stream_key}" = s."{table.stream_key}"')

@@ -37,7 +37,7 @@ Change = Literal["new", "same", "code", "tables", "migration"]
 
 
 def table_declarations(tables: Sequence[Table]) -> list[dict]:
-    return [{"name": t.name, "kind": t.kind, "columns": [[c, ty] for c, ty in t.columns.items()],
+    return [{"name": t.name, "kind": t.kind, "columns": [[c, ty] for c, ty in t.sql_types.items()],
              "primary_key": list(t.primary_key), "stream_key": t.stream_key} for t in tables]
 
 
@@ -458,7 +458,7 @@ def reconcile(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Lay
                 old = {t["name"]: dict(map(tuple, t["columns"])) for t in json.loads(con.execute(
                     f"SELECT tables FROM {layout.state}.view_versions WHERE view = ?", [view.name]).fetchone()[0])}
                 for table in view.tables:
-                    for column, sql_type in table.columns.items():
+                    for column, sql_type in table.sql_types.items():
                         if column not in old[table.name]:
                             con.execute(f'ALTER TABLE {layout.table(table.name)} ADD COLUMN "{column}" {sql_type}')
                 record(con, view, layout)
@@ -556,7 +556,7 @@ def keep_newest_rows(con: duckdb.DuckDBPyConnection, table: Table, layout: Layou
         [layout.state, f"{table.name}:newest"]).fetchall()]
     if have == list(table.columns):
         return
-    declared = ", ".join(f'"{c}" {t}' for c, t in table.columns.items())
+    declared = ", ".join(f'"{c}" {t}' for c, t in table.sql_types.items())
     columns = ", ".join(f'"{c}"' for c in table.columns)
     values = ", ".join(f'r."{c}"' for c in table.columns)
     newest = ", ".join(f'r."{c}" DESC' for c in table.primary_key)

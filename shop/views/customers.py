@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from inorder import Column, Event, Reject, StreamTable, Table, View
+from inorder import Column, Event, Reject, StreamTable, Table, Tables, View
 from shop.views.events import TIERS, CustomerRegistered, OptedIn, OptedOut, TierChanged
 from shop.views.fields import accept_registration
 
@@ -26,7 +26,7 @@ CUSTOMERS = View(name="customers", tables=(CUSTOMERS_TABLE,), subscribes=("custo
 
 
 @CUSTOMERS.on(CustomerRegistered)
-def registered(registration: CustomerRegistered, tables, event: Event) -> None:
+def registered(registration: CustomerRegistered, tables: Tables, event: Event) -> None:
     customers = tables[CUSTOMERS_TABLE]
     joined_on = accept_registration(event, customers.row)
     customers.save(name=registration.name, email=registration.email, tier=registration.tier, joined_on=joined_on,
@@ -41,10 +41,10 @@ def _save_registered(customers: StreamTable, event: Event, **changes) -> None:
 
 
 @CUSTOMERS.on(TierChanged)
-def tier_changed(change: TierChanged, tables, event: Event) -> None:
+def tier_changed(change: TierChanged, tables: Tables, event: Event) -> None:
     _save_registered(tables[CUSTOMERS_TABLE], event, tier=change.tier)
 
 
 @CUSTOMERS.on(OptedIn, OptedOut)
-def consent(choice: OptedIn | OptedOut, tables, event: Event) -> None:
+def consent(choice: OptedIn | OptedOut, tables: Tables, event: Event) -> None:
     _save_registered(tables[CUSTOMERS_TABLE], event, marketing_opt_in=isinstance(choice, OptedIn))

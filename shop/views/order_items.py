@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from inorder import DECIMAL, INTEGER, Column, Event, Table, View
+from inorder import DECIMAL, INTEGER, Column, Event, Table, Tables, View
 from shop.views.events import MAX_QUANTITY, ItemAdded
 from shop.views.fields import item_of
 
@@ -27,7 +27,7 @@ ORDER_ITEMS = View(name="order_items", tables=(ORDER_ITEMS_TABLE,), subscribes=(
 
 
 @ORDER_ITEMS.on(ItemAdded)
-def item_added(added: ItemAdded, tables, event: Event) -> None:
+def item_added(added: ItemAdded, tables: Tables, event: Event) -> None:
     item = item_of(added, event)
     lines = tables[ORDER_ITEMS_TABLE]
     last = lines.last()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from inorder import DECIMAL, INTEGER, Column, Event, Table, View
+from inorder import DECIMAL, INTEGER, Column, Event, Table, Tables, View
 from shop.views.events import ItemAdded, OrderCancelled, OrderPaid, OrderPlaced, OrderShipped
 from shop.views.fields import (ORDER_STATUSES, ZERO, accept_cancellation, accept_item, accept_payment,
                                accept_placement, accept_shipment)
@@ -40,7 +40,7 @@ ORDERS = View(name="orders", tables=(ORDERS_TABLE,), subscribes=("order",), on_e
 
 
 @ORDERS.on(OrderPlaced)
-def place(order: OrderPlaced, tables, event: Event) -> None:
+def place(order: OrderPlaced, tables: Tables, event: Event) -> None:
     orders = tables[ORDERS_TABLE]
     placed_at = accept_placement(event, orders.row)
     orders.save(customer_id=order.customer_id, status="placed", placed_on=placed_at.date(), placed_at=placed_at,
@@ -52,7 +52,7 @@ placed = ORDERS.handlers["OrderPlaced"]
 
 
 @ORDERS.on(ItemAdded)
-def item_added(added: ItemAdded, tables, event: Event) -> None:
+def item_added(added: ItemAdded, tables: Tables, event: Event) -> None:
     orders = tables[ORDERS_TABLE]
     row = orders.row
     item = accept_item(added, event, row)
@@ -61,7 +61,7 @@ def item_added(added: ItemAdded, tables, event: Event) -> None:
 
 
 @ORDERS.on(OrderPaid)
-def paid(payment: OrderPaid, tables, event: Event) -> None:
+def paid(payment: OrderPaid, tables: Tables, event: Event) -> None:
     orders = tables[ORDERS_TABLE]
     row = orders.row
     paid_at = accept_payment(payment, event, row)
@@ -71,7 +71,7 @@ def paid(payment: OrderPaid, tables, event: Event) -> None:
 
 
 @ORDERS.on(OrderShipped)
-def shipped(shipment: OrderShipped, tables, event: Event) -> None:
+def shipped(shipment: OrderShipped, tables: Tables, event: Event) -> None:
     orders = tables[ORDERS_TABLE]
     row = orders.row
     shipped_on = accept_shipment(shipment, event, row)
@@ -80,7 +80,7 @@ def shipped(shipment: OrderShipped, tables, event: Event) -> None:
 
 
 @ORDERS.on(OrderCancelled)
-def cancelled(cancellation: OrderCancelled, tables, event: Event) -> None:
+def cancelled(cancellation: OrderCancelled, tables: Tables, event: Event) -> None:
     orders = tables[ORDERS_TABLE]
     accept_cancellation(event, orders.row)
     orders.save(status="cancelled", cancel_reason=cancellation.reason, version=event.seq)

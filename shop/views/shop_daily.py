@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from decimal import Decimal
 
-from inorder import DECIMAL, INTEGER, Column, Event, Table, View
+from inorder import DECIMAL, INTEGER, Column, Event, Table, Tables, View
 from shop.views.events import CustomerRegistered, ItemAdded, OrderCancelled, OrderPaid, OrderPlaced, OrderShipped
 from shop.views.fields import (ORDER_STATUSES, ZERO, accept_cancellation, accept_item, accept_payment,
                                accept_placement, accept_registration, accept_shipment)
@@ -57,20 +57,20 @@ SHOP_DAILY = View(name="shop_daily", tables=(SHOP_DAILY_TABLE, ORDER_STATE_TABLE
                   subscribes=("order", "customer"))
 
 
-def _book(tables, day: date, state: dict, **counts: int | float | Decimal) -> None:
+def _book(tables: Tables, day: date, state: dict, **counts: int | float | Decimal) -> None:
     """Save these changes to the order's state and add its counts to `day`."""
     tables[ORDER_STATE_TABLE].save(**state)
     tables[SHOP_DAILY_TABLE].add({"day": day}, **counts)
 
 
 @SHOP_DAILY.on(OrderPlaced)
-def order_placed(order: OrderPlaced, tables, event: Event) -> None:
+def order_placed(order: OrderPlaced, tables: Tables, event: Event) -> None:
     placed_at = accept_placement(event, tables[ORDER_STATE_TABLE].row)
     _book(tables, placed_at.date(), {"placed_at": placed_at, "status": "placed", "total": ZERO}, orders_placed=1)
 
 
 @SHOP_DAILY.on(ItemAdded)
-def item_added(added: ItemAdded, tables, event: Event) -> None:
+def item_added(added: ItemAdded, tables: Tables, event: Event) -> None:
     row = tables[ORDER_STATE_TABLE].row
     item = accept_item(added, event, row)
     _book(tables, item.added_at.date(), {"total": row["total"] + item.line_total}, items=item.quantity,
@@ -78,25 +78,25 @@ def item_added(added: ItemAdded, tables, event: Event) -> None:
 
 
 @SHOP_DAILY.on(OrderPaid)
-def order_paid(payment: OrderPaid, tables, event: Event) -> None:
+def order_paid(payment: OrderPaid, tables: Tables, event: Event) -> None:
     paid_at = accept_payment(payment, event, tables[ORDER_STATE_TABLE].row)
     _book(tables, paid_at.date(), {"status": "paid"}, orders_paid=1, revenue=payment.amount)
 
 
 @SHOP_DAILY.on(OrderShipped)
-def order_shipped(shipment: OrderShipped, tables, event: Event) -> None:
+def order_shipped(shipment: OrderShipped, tables: Tables, event: Event) -> None:
     shipped_on = accept_shipment(shipment, event, tables[ORDER_STATE_TABLE].row)
     _book(tables, shipped_on, {"status": "shipped"}, orders_shipped=1)
 
 
 @SHOP_DAILY.on(OrderCancelled)
-def order_cancelled(cancellation: OrderCancelled, tables, event: Event) -> None:
+def order_cancelled(cancellation: OrderCancelled, tables: Tables, event: Event) -> None:
     cancelled_at = accept_cancellation(event, tables[ORDER_STATE_TABLE].row)
     _book(tables, cancelled_at.date(), {"status": "cancelled"}, orders_cancelled=1)
 
 
 @SHOP_DAILY.on(CustomerRegistered)
-def customer_registered(registration: CustomerRegistered, tables, event: Event) -> None:
+def customer_registered(registration: CustomerRegistered, tables: Tables, event: Event) -> None:
     customers = tables[CUSTOMER_STATE_TABLE]
     joined_on = accept_registration(event, customers.row)
     customers.save(joined_on=joined_on)

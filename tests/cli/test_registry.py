@@ -24,16 +24,14 @@ _names = (f"userviews{i}" for i in itertools.count())  # a fresh module name per
 # declared as a user does now, so the CLI says no deprecation before its one-line refusal
 VIEW_TEMPLATE = """
 from inorder import Column, Table, View
-from pipelines.view import not_null
 
 {name} = View(name={view!r}, subscribes=("thing",), tables=(
-    Table.keyed({table!r}, {{"thing_id": Column(str), "n": Column(int)}}, key=("thing_id",), stream_key="thing_id"),),
-    expectations=tuple({expectations}))
+    Table.keyed({table!r}, {{"thing_id": Column(str), "n": Column(int)}}, key=("thing_id",), stream_key="thing_id"),))
 """
 
 
-def view_source(view: str, table: str, name: str = "VIEW", expectations: str = "()") -> str:
-    return VIEW_TEMPLATE.format(name=name, view=view, table=table, expectations=expectations)
+def view_source(view: str, table: str, name: str = "VIEW") -> str:
+    return VIEW_TEMPLATE.format(name=name, view=view, table=table)
 
 
 def write_module(root: Path, files: dict[str, str]) -> str:
@@ -130,14 +128,6 @@ def test_a_view_named_like_an_engine_asset_is_refused(user_root, name):
     assert "takes the name of an engine asset" in refusal(user_root, view_source(name, "rows_of_" + name))
 
 
-@pytest.mark.parametrize("expectations, says", [
-    ('not_null("nope", "n")', "names table 'nope'"),
-    ('not_null("mine_rows", "nope")', "names column 'nope'"),
-])
-def test_an_expectation_on_a_missing_table_or_column_is_refused(user_root, expectations, says):
-    assert says in refusal(user_root, view_source("mine", "mine_rows", expectations=expectations))
-
-
 def test_a_module_that_fails_to_import_or_holds_no_view_is_refused(user_root):
     missing = str(pytest.raises(ViewDeclarationError, load_views, "no_such_module_here").value)
     assert "cannot import view module 'no_such_module_here'" in missing and "\n" not in missing
@@ -202,22 +192,20 @@ def test_views_are_the_same_for_every_entry_point(monkeypatch):
     ({"stale_after": timedelta(hours=1)}, "stale_after needs fresh_within"),
 ])
 def test_a_view_refuses_owners_tags_and_freshness_the_ui_cannot_show(declaration, refusal):
-    from pipelines.view import Table, View
+    from pipelines.view import Column, Table, View
 
-    table = Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k")
+    table = Table("t", {"k": Column(str)}, ("k",), stream_key="k")
     with pytest.raises(ValueError, match=re.escape(refusal)):
         View("v", (table,), ("s",), **declaration)
 
 
-def test_alert_thresholds_and_column_descriptions_are_checked():
-    from pipelines.view import Alerts, Table, Thresholds
+def test_alert_thresholds_are_checked():
+    from pipelines.view import Alerts, Thresholds
 
     with pytest.raises(ValueError, match="need 0 <= warn <= error <= 1"):
         Alerts(reject_rate=Thresholds(0.5, 0.1))
     with pytest.raises(ValueError, match="min_selected: need at least 1"):
         Alerts(min_selected=0)
-    with pytest.raises(ValueError, match=re.escape("descriptions of unknown columns ['nope']")):
-        Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k", descriptions={"nope": "?"})
 
 
 

@@ -1,5 +1,5 @@
 """The view author's API of issue 26, in memory (no Spark): typed events decoded once and refused by field,
-a stream's own row, columns that carry their rules, one registration style with the older ones warning,
+a stream's own row, columns that carry their rules, one registration style with the older ones refused,
 and a fingerprint that sees the view's own helper modules."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from inorder import DECIMAL, INTEGER, Check, Column, Event, Reject, Table, View, replay
 from pipelines.registry import load_views
 from pipelines.store.versions import code_parts, compare, fingerprint, table_declarations
-from pipelines.view import Expectation, HandlerRegistrationClosed, ViewDeprecation, between, in_set, not_null, unique
+from pipelines.view import HandlerRegistrationClosed, between, in_set, not_null, unique
 
 
 class Opened(msgspec.Struct):
@@ -170,12 +170,13 @@ def test_row_and_save_are_refused_on_a_table_not_keyed_by_the_stream_alone():
     assert "Table.per_stream" in error["message"] and "get(*key) and put(row)" in error["message"]
 
 
-def test_columns_carry_their_rules_and_docs_as_the_older_expectations_did():
-    assert ACCOUNTS.columns == {"account_id": "VARCHAR", "owner": "VARCHAR", "opened_on": "DATE",
+def test_columns_carry_their_types_rules_and_docs():
+    assert ACCOUNTS.sql_types == {"account_id": "VARCHAR", "owner": "VARCHAR", "opened_on": "DATE",
                                 "balance": "DECIMAL(12,2)", "last_paid_at": "TIMESTAMPTZ", "payments": "INTEGER",
                                 "status": "VARCHAR"}
     assert ACCOUNTS.primary_key == ("account_id",) and ACCOUNTS.stream_key == "account_id"
-    assert ACCOUNTS.descriptions == {"account_id": "the stream id", "owner": "who opened it"}
+    assert {c: column.doc for c, column in ACCOUNTS.columns.items() if column.doc} == \
+        {"account_id": "the stream id", "owner": "who opened it"}
     older = [*not_null("accounts", "account_id", "owner", "balance"), between("accounts", "balance", 0),
              between("accounts", "payments", 0), in_set("accounts", "status", ("open", "closed"))]
     assert sorted(ACCOUNTS.rules, key=repr) == sorted(older, key=repr)
@@ -187,7 +188,7 @@ def test_columns_carry_their_rules_and_docs_as_the_older_expectations_did():
 
 def test_replace_keeps_the_columns_declarations():
     renamed = dataclasses.replace(ACCOUNTS, name="accounts_copy")
-    assert renamed.descriptions == ACCOUNTS.descriptions
+    assert renamed.columns == ACCOUNTS.columns
     assert [dataclasses.replace(r, table="accounts") for r in renamed.rules] == list(ACCOUNTS.rules)
 
 
@@ -245,17 +246,13 @@ def test_every_documented_rule_works_alone(rule):
 
 @pytest.mark.parametrize("declare, replacement", [
     (lambda: Table("t", columns={"k": "VARCHAR"}, primary_key=("k",), stream_key="k"), "Column(str)"),
-    (lambda: Table("t", columns={"k": Column(str)}, primary_key=("k",), stream_key="k", descriptions={"k": "x"}),
-     "Column(…, doc=…)"),
     (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",), handlers={"X": lambda e, t: None}),
      "@VIEW.on(EventClass)"),
-    (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",),
-                  expectations=(Expectation("accounts", "not_null", ("owner",)),)), "Column(…, not_null=True"),
 ])
-def test_each_older_declaration_warns_naming_its_replacement(declare, replacement):
-    with pytest.warns(ViewDeprecation, match="is deprecated") as caught:
+def test_an_older_declaration_is_refused_naming_its_replacement(declare, replacement):
+    with pytest.raises(TypeError) as refused:
         declare()
-    assert any(replacement in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert replacement in str(refused.value)
 
 
 def test_the_new_declarations_warn_of_nothing():
@@ -419,38 +416,6 @@ def test_the_fingerprint_sees_every_form_of_import_and_a_helper_two_modules_deep
         assert (version.change, version.what) == ("code", f"module {package}.{module} changed")
         (tmp_path / package / f"{module}.py").write_text(original)
     assert code_parts(view) == before
-
-
-OLDER_MODULE = '''
-from pipelines.view import Event, Table, View, not_null
-
-NOTES = Table("notes_old", columns={"note_id": "VARCHAR", "text": "VARCHAR"}, primary_key=("note_id",),
-              stream_key="note_id")
-
-
-def noted(event: Event, tables) -> None:
-    tables.notes_old.put({"note_id": event.stream_id, "text": event.payload["text"]})
-
-
-VIEW = View(name="notes_old", tables=(NOTES,), subscribes=("note",), handlers={"Noted": noted},
-            expectations=(*not_null("notes_old", "text"),))
-'''
-
-
-def test_the_cli_runs_an_older_module_and_says_each_older_declaration_once(tmp_path):
-    import os
-    import subprocess
-
-    (tmp_path / "older_views.py").write_text(OLDER_MODULE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    done = subprocess.run([sys.executable, "-m", "inorder.cli", "init", str(tmp_path / "home"), "--views",
-                           "older_views"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    notes = [line for line in done.stderr.splitlines() if line.startswith("inorder: note: older_views.py:")]
-    assert len(notes) == 3, done.stderr  # string column types, handlers={…}, expectations=…
-    assert all("is deprecated" in line for line in notes)
-    assert any("Column(str)" in line for line in notes) and any("@VIEW.on(EventClass)" in line for line in notes)
-    assert "created the inorder home" in done.stdout
 
 
 class _Checked(msgspec.Struct):

@@ -130,9 +130,10 @@ def test_a_run_failed_by_a_bug_under_on_bug_fail_names_its_cause_in_one_line(spa
 AUDIT_WITH_A_COLUMN = '''
 import dataclasses
 import tests.counts_views as counts
+from pipelines.view import Column
 (ACCOUNTS, TYPES) = counts.AUDIT.tables
 AUDIT = dataclasses.replace(counts.AUDIT, tables=(
-    dataclasses.replace(ACCOUNTS, columns={**ACCOUNTS.columns, "branch": "VARCHAR"}), TYPES))
+    dataclasses.replace(ACCOUNTS, columns={**ACCOUNTS.columns, "branch": Column(str)}), TYPES))
 '''
 
 

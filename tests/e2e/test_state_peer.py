@@ -21,7 +21,7 @@ pytestmark = pytest.mark.long
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 # handler-less, like the bench's view, with a short timer and a small buffer so both kinds of skip happen
-TIMED = View(name="bench_ordering_timed", tables=(), subscribes=("account",), handlers={}, gap_timeout=60.0,
+TIMED = View(name="bench_ordering_timed", tables=(), subscribes=("account",), gap_timeout=60.0,
              max_pending=4)
 
 

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from pipelines.facade import HandlerBugFailure, operator_action, run
+from pipelines.view import Handlers
 from tests.builders import batch, dep, opened
 from tests.harness import assert_conserved, assert_same_store, entry_time, fresh_home, read_store, run_entries, \
     write_batch
@@ -27,8 +28,8 @@ def deposited_with_a_bug(event, tables):
     return accounts_view.VIEW.handlers["Deposited"](event, tables)  # the typed handler, as the engine calls it
 
 
-BROKEN = dataclasses.replace(accounts_view.VIEW, handlers={**accounts_view.VIEW.handlers,
-                                                           "Deposited": deposited_with_a_bug})
+BROKEN = dataclasses.replace(accounts_view.VIEW, handlers=Handlers("accounts", {**accounts_view.VIEW.handlers,
+                                                                               "Deposited": deposited_with_a_bug}))
 FIXED = accounts_view.VIEW
 ENTRIES = [batch(1, 0, opened("a"), dep("a", 2, 500), dep("a", 3, 5), opened("b"), dep("b", 2, "abc"),
                  dep("b", 3, 7))]

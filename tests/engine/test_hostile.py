@@ -21,7 +21,7 @@ from pipelines.engine.normalise import MAX_DEPTH, SourceMapping, inspect_file
 from pipelines.facade import ingest_batches, run
 from pipelines.observe.status import format_status, read_status
 from pipelines.store.database import Home, Store
-from pipelines.view import Table, View
+from pipelines.view import Column, Table, View
 from resources import HomeResource, SparkResource
 from tests.harness import assert_conserved, assert_same_store, read_store, without
 from tests.hostile_corpus import FIRST_RUN, Corpus, build
@@ -343,15 +343,15 @@ BAD_NAMES = ['accounts"; DROP TABLE x; --', "a b", "Accounts", "1abc", "名前",
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_view_declarations_reject_names_that_are_not_plain_identifiers(name):
     with pytest.raises(ValueError, match="not a valid name"):
-        Table(name, {"k": "VARCHAR"}, ("k",), stream_key="k")
+        Table(name, {"k": Column(str)}, ("k",), stream_key="k")
     with pytest.raises(ValueError, match="not a valid name"):
-        Table("t", {name: "VARCHAR", "k": "VARCHAR"}, ("k",), stream_key="k")
-    table = Table("t", {"k": "VARCHAR"}, ("k",), stream_key="k")
+        Table("t", {name: Column(str), "k": Column(str)}, ("k",), stream_key="k")
+    table = Table("t", {"k": Column(str)}, ("k",), stream_key="k")
     with pytest.raises(ValueError, match="not a valid name"):
-        View(name, (table,), ("account",), {})
+        View(name, (table,), ("account",))
 
 
 @pytest.mark.parametrize("sql_type", ["VARCHAR); DROP TABLE x; --", "TEXT", "DECIMAL(18,2) NOT NULL", "varchar"])
 def test_view_declarations_reject_column_types_outside_the_list(sql_type):
     with pytest.raises(ValueError, match="unsupported type"):
-        Table("t", {"k": "VARCHAR", "v": sql_type}, ("k",), stream_key="k")
+        Table("t", {"k": Column(str), "v": Column(sql_type)}, ("k",), stream_key="k")

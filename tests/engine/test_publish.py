@@ -258,7 +258,7 @@ def test_postgres_types_hold_every_value_exactly(spark, tmp_path, target):
         columns = dict(conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
             "AND attnum > 0", [f"{target.schema}.{HELPDESK.tables[0].name}"]).fetchall())
-    assert columns == {c: pg_type(t) for c, t in HELPDESK.tables[0].columns.items()}
+    assert columns == {c: pg_type(t) for c, t in HELPDESK.tables[0].sql_types.items()}
 
 
 CUSTOMERS = [v for v in SHOP_VIEWS if v.name == "customers"]

@@ -49,8 +49,8 @@ def test_the_view_modules_of_inorder_views_are_shipped_with_the_engine(monkeypat
     (tmp_path / "carrier").mkdir()
     (tmp_path / "carrier" / "__init__.py").write_text("")
     (tmp_path / "carrier" / "views.py").write_text(
-        "from pipelines.view import Table, View\n"
-        "V = View('carrier', (Table('parcels', {'parcel_id': 'VARCHAR'}, ('parcel_id',), stream_key='parcel_id'),),"
+        "from pipelines.view import Column, Table, View\n"
+        "V = View('carrier', (Table.per_stream('parcels', key='parcel_id', columns={'parcel_id': Column(str)}),),"
         " ('parcel',))\n"
         "@V.on('Sent')\n"
         "def sent(event, tables):\n"

@@ -1,8 +1,7 @@
 """Values keep their Python types across runs: a view with every column type gives the same tables
 whether its messages arrive in one batch or split over many runs, and they equal a plain-Python fold
-of the same messages. The view (tests/helpdesk_views.py) asserts the types it reads back, so a value
-that came back as another type parks its stream and shows here. The same view in the new style (typed
-events, tests/helpdesk_typed_views.py) gives the same tables, through `replay` and through the engine."""
+of the same messages, and `replay` gives them too. The view (tests/helpdesk_views.py) asserts the types it
+reads back, so a value that came back as another type parks its stream and shows here."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from hypothesis import strategies as st
 
 from pipelines.testing import replay
 from tests.harness import fresh_home, read_store, run_entries
-from tests import helpdesk_typed_views
 from tests.helpdesk_views import HELPDESK
 from tests.reference_model import Entry, _plain
 from tests.strategies import T0, batches_of
@@ -86,13 +84,13 @@ def expected_tickets(records: list[dict]) -> list[dict]:
     return [{c: _plain(v) for c, v in row.items()} for _, row in sorted(rows.items())]
 
 
-def engine_tables(spark, entries: list[Entry], view=HELPDESK) -> dict[str, list[dict]]:
+def engine_tables(spark, entries: list[Entry]) -> dict[str, list[dict]]:
     with tempfile.TemporaryDirectory() as tmp:
         home = fresh_home(Path(tmp))
-        run_entries(spark, home, [view], entries)
-        store = read_store(home, [view])
+        run_entries(spark, home, [HELPDESK], entries)
+        store = read_store(home, [HELPDESK])
     assert not [w for w in store["watermarks"] if w["parked"]], store["errors"]
-    return {t.name: store[t.name] for t in view.tables}
+    return {t.name: store[t.name] for t in HELPDESK.tables}
 
 
 def _plain_tables(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
@@ -111,16 +109,4 @@ def test_every_column_type_survives_any_split_into_runs(spark, records, data):
     assert _plain_tables(typed) == one_batch
     assert all(type(row["opened_on"]) is date and row["opened_at"].tzinfo is timezone.utc
                for row in typed["tickets"])
-    # the view in the new style (typed events, per-stream table): the same rows in replay and in the engine
-    new_style = helpdesk_typed_views.HELPDESK
-    assert _plain_tables(replay(new_style, records).tables) == one_batch
-    assert engine_tables(spark, data.draw(batches_of(lines, allow_timeouts=False, shuffle=True)), new_style) \
-        == one_batch
 
-
-def test_the_new_style_helpdesk_declares_what_the_older_one_did():
-    new_style = helpdesk_typed_views.HELPDESK
-    assert [(t.name, t.columns, t.primary_key, t.kind, t.stream_key) for t in new_style.tables] == \
-        [(t.name, t.columns, t.primary_key, t.kind, t.stream_key) for t in HELPDESK.tables]
-    assert set(new_style.rules) == set(HELPDESK.rules)
-    assert set(new_style.handlers) == set(HELPDESK.handlers)

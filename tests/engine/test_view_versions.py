@@ -11,7 +11,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import duckdb
 import pytest
 
 import pipelines.engine.spark_pass
@@ -22,7 +21,7 @@ from pipelines.facade import project_views, rebuild, run
 from pipelines.observe.status import format_status, read_status
 from pipelines.store.database import Home, Store
 from pipelines.store.versions import compare, fingerprint, read_versions, record_projection, table_declarations
-from pipelines.view import Alerts, Thresholds, add_column, between
+from pipelines.view import DECIMAL, Alerts, Column, Handlers, Thresholds, add_column
 from demos.shop import GeneratorConfig, generate
 from tests.harness import across_passes, assert_conserved, assert_same_store, fresh_home, read_store
 from tests.shop_changed import changed_orders
@@ -48,11 +47,13 @@ def _predicate(event) -> bool:
 
 (TABLE,) = ORIGINAL.tables
 CHANGES_THAT_COUNT = {
-    "a handler": dict(handlers={**ORIGINAL.handlers, "OrderPlaced": _other_placed}),
-    "a handler more": dict(handlers={**ORIGINAL.handlers, "Gift": _other_placed}),
-    "a handler less": dict(handlers={k: v for k, v in ORIGINAL.handlers.items() if k != "OrderPaid"}),
-    "a column": dict(tables=(replace(TABLE, columns={**TABLE.columns, "note": "VARCHAR"}),)),
-    "a column's type": dict(tables=(replace(TABLE, columns={**TABLE.columns, "total": "DECIMAL(14,2)"}),)),
+    "a handler": dict(handlers=Handlers("orders", {**ORIGINAL.handlers, "OrderPlaced": _other_placed})),
+    "a handler more": dict(handlers=Handlers("orders", {**ORIGINAL.handlers, "Gift": _other_placed})),
+    "a handler less": dict(handlers=Handlers("orders", {k: v for k, v in ORIGINAL.handlers.items()
+                                                        if k != "OrderPaid"})),
+    "a column": dict(tables=(replace(TABLE, columns={**TABLE.columns, "note": Column(str)}),)),
+    "a column's type": dict(tables=(replace(TABLE, columns={
+        **TABLE.columns, "total": replace(TABLE.columns["total"], type=DECIMAL(14, 2))}),)),
     "the primary key": dict(tables=(replace(TABLE, primary_key=("order_id", "customer_id")),)),
     "the table's kind": dict(tables=(replace(TABLE, kind="append"),)),
     "a subscription": dict(subscribes=("order", "customer")),
@@ -64,7 +65,8 @@ CHANGES_THAT_COUNT = {
     "the version": dict(version="2"),
 }
 CHANGES_THAT_DO_NOT = {
-    "expectations": dict(expectations=(between("orders", "total", min_value=1),)),
+    "a column's rules and words": dict(tables=(replace(TABLE, columns={
+        **TABLE.columns, "total": replace(TABLE.columns["total"], min=1, not_null=True, doc="another text")}),)),
     "alerts": dict(alerts=Alerts(late_rate=Thresholds(0.2, 0.3))),
     "owners and tags": dict(owners=("team:shop",), tags={"tier": "gold"}),
     "freshness": dict(fresh_within=timedelta(hours=1)),

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from datetime import date
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 
 import pytest
@@ -14,10 +15,10 @@ from hypothesis import strategies as st
 from pipelines.testing import replay
 from pipelines.view import DECIMAL, Column, Reject, Table, View
 
-KEYED = Table("things", {"thing_id": "VARCHAR", "n": "BIGINT"}, ("thing_id",), stream_key="thing_id")
-LOG = Table("log", {"thing_id": "VARCHAR", "pos": "BIGINT", "what": "VARCHAR"}, ("thing_id", "pos"),
+KEYED = Table("things", {"thing_id": Column(str), "n": Column(int)}, ("thing_id",), stream_key="thing_id")
+LOG = Table("log", {"thing_id": Column(str), "pos": Column(int), "what": Column(str)}, ("thing_id", "pos"),
             kind="append", stream_key="thing_id")
-TOTALS = Table("totals", {"day": "VARCHAR", "n": "BIGINT"}, ("day",), kind="aggregate")
+TOTALS = Table("totals", {"day": Column(str), "n": Column(int)}, ("day",), kind="aggregate")
 
 
 def misusing(name: str, handler) -> View:
@@ -104,9 +105,9 @@ def test_a_refused_message_leaves_every_table_as_it_was():
     assert tables["log"] == [{"thing_id": "t1", "pos": 1, "what": "made"}]
 
 
-NUMBERED = Table("numbered", {"thing_id": "VARCHAR", "k": "BIGINT", "on": "DATE", "n": "BIGINT"},
+NUMBERED = Table("numbered", {"thing_id": Column(str), "k": Column(int), "on": Column(date), "n": Column(int)},
                  ("thing_id", "k"), stream_key="thing_id")
-BY_DAY = Table("by_day", {"on": "DATE", "n": "BIGINT"}, ("on",), kind="aggregate")
+BY_DAY = Table("by_day", {"on": Column(date), "n": Column(int)}, ("on",), kind="aggregate")
 
 
 def keyed_view(name: str, handler) -> View:
@@ -198,7 +199,7 @@ def test_a_failed_append_leaves_the_newest_row_as_it_was_and_a_long_message_is_c
     assert [(r["pos"], r["what"]) for r in result.tables["log"]] == [(1, "made"), (2, "used")]
 
 
-BY_DAY_AND_KIND = Table("by_day_and_kind", {"day": "VARCHAR", "kind": "VARCHAR", "n": "BIGINT"}, ("day", "kind"),
+BY_DAY_AND_KIND = Table("by_day_and_kind", {"day": Column(str), "kind": Column(str), "n": Column(int)}, ("day", "kind"),
                         kind="aggregate")
 
 

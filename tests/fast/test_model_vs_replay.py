@@ -24,9 +24,9 @@ from tests.holds_views import HOLDS
 from tests.reference_model import Entry, RunFailed, last_line, run_model, split_lines
 from tests.shop_strategies import shop_scenarios
 from tests.strategies import hard_scenarios
-from pipelines.view import Reject
+from pipelines.view import Handlers, Reject
 from views import accounts as accounts_view
-from tests.bank_classic_views import amount_of
+from tests.builders import amount_of
 
 FAST = settings(deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -147,7 +147,7 @@ def buggy(event, tables) -> None:
 def test_the_engines_core_equals_the_model_on_a_view_with_bugs(data, on_error, on_bug, per_pass):
     """on_error applies to a Reject, on_bug to any other exception; on_bug="fail" fails the run where
     the engine would (the model and the replay both raise there), and nothing of that entry is kept."""
-    view = dataclasses.replace(HOLDS, name="bugs", handlers={"Deposited": buggy, "Withdrawn": buggy},
+    view = dataclasses.replace(HOLDS, name="bugs", handlers=Handlers("bugs", {"Deposited": buggy, "Withdrawn": buggy}),
                                on_error=on_error, on_bug=on_bug)
     entries = data.draw(hard_scenarios(["acct-1", "acct-2", "100"]))
     entries = [dataclasses.replace(e, target_view="bugs") if e.kind in ("retry", "skip") else e for e in entries]
@@ -184,8 +184,8 @@ def count_then_fail(event, tables) -> None:
         raise Reject("too much at once")
 
 
-COUNTS = dataclasses.replace(HOLDS, name="counts", handlers={"Deposited": count_then_fail,
-                                                             "Withdrawn": count_then_fail})
+COUNTS = dataclasses.replace(HOLDS, name="counts", handlers=Handlers("counts", {"Deposited": count_then_fail,
+                                                                                "Withdrawn": count_then_fail}))
 
 
 def counted(store: ReplayedStore) -> int:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.builders import T0, batch, dep, msg, opened, tick, wd
 from tests.reference_model import Entry, normalise, run_model, split_lines
 from tests.strategies import resplit, scenarios
-from pipelines.view import Reject
+from pipelines.view import Handlers, Reject
 from tests.domains import BANK_VIEWS
 from views import accounts as accounts_view
 
@@ -263,7 +263,8 @@ def test_handler_failure_leaves_tables_unchanged_and_a_bug_parks_by_default(exce
                              "version": event.seq, "event_count": 1})
         raise exception
 
-    view = dataclasses.replace(accounts_view.VIEW, handlers={"AccountOpened": half_then_fail}, on_bug=on_bug)
+    view = dataclasses.replace(accounts_view.VIEW, handlers=Handlers("accounts", {"AccountOpened": half_then_fail}),
+                               on_bug=on_bug)
     out = run_model([batch(1, 0, opened("a"), dep("a", 2, 5))], [view])
     assert out["accounts"] == []
     (error,) = rows(out, "errors", kind="handler_error")

@@ -88,7 +88,7 @@ def test_shop_views_are_found_and_use_the_whole_api():
     assert {v.name for v in SHOP_VIEWS} == {"orders", "order_items", "customers", "shop_daily"}
     tables = [t for v in SHOP_VIEWS for t in v.tables]
     assert {t.kind for t in tables} == {"keyed", "append", "aggregate"}
-    column_types = {re.sub(r"\(.*", "", sql_type) for t in tables for sql_type in t.columns.values()}
+    column_types = {re.sub(r"\(.*", "", sql_type) for t in tables for sql_type in t.sql_types.values()}
     assert column_types == {"VARCHAR", "BIGINT", "INTEGER", "DOUBLE", "BOOLEAN", "DATE", "TIMESTAMPTZ", "DECIMAL"}
     assert [v.name for v in SHOP_VIEWS if set(v.subscribes) == {"order", "customer"}] == ["shop_daily"]
     assert [v.name for v in SHOP_VIEWS if v.on_error == "park"] == ["orders"]

@@ -41,7 +41,7 @@ def test_a_store_made_with_primary_keys_loses_the_unneeded_ones_at_the_writers_o
     con.execute(KEYED_STATE)
     for view in BANK_VIEWS:  # the view tables as older code declared them: every one with its key
         for table in view.tables:
-            columns = ", ".join(f'"{c}" {t}' for c, t in table.columns.items())
+            columns = ", ".join(f'"{c}" {t}' for c, t in table.sql_types.items())
             key = ", ".join(f'"{c}"' for c in table.primary_key)
             con.execute(f'CREATE TABLE "{table.name}" ({columns}, PRIMARY KEY ({key}))')
     con.execute("INSERT INTO accounts (account_id, owner, balance, status, version, event_count) "
