@@ -13,6 +13,7 @@ from assets.results import result_metadata
 from assets.tags import STORE_POOL, STORE_TAGS
 from assets.targets import INGEST_AND_PROJECT, PROJECT
 from assets.views import PUBLISH, REBUILD_CONFIG, REINGEST, action_config
+from pipelines.engine.outcomes import EntryKind
 from pipelines.store.versions import remove_view
 from pipelines.view import View
 from resources import HomeResource
@@ -62,9 +63,9 @@ def build_jobs(views: Sequence[View], event_batches: dg.AssetsDefinition, projec
             description="Project every archived batch not yet committed; with tag inorder/tick=true, tick first"),
         on_views(REBUILD, REBUILD_CONFIG, "Rebuild the selected views from the archive beside the live ones, swap "
                                           "them in at once, then run their checks"),
-        on_views(RETRY, action_config("retry"), "`inorder retry`: retry the parked streams of the one view selected "
+        on_views(RETRY, action_config(EntryKind.RETRY), "`inorder retry`: retry the parked streams of the one view selected "
                                                 "(config `streams`; default every one), then run its checks"),
-        on_views(SKIP, action_config("skip"), "`inorder skip`: skip the parked message of the parked streams of the "
+        on_views(SKIP, action_config(EntryKind.SKIP), "`inorder skip`: skip the parked message of the parked streams of the "
                                               "one view selected (config `streams`; default every one), then run "
                                               "its checks"),
         on_views(PUBLISH_JOB, action_config(PUBLISH), "`inorder publish`: bring the selected views' PostgreSQL "

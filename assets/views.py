@@ -20,7 +20,7 @@ from pipelines.facade import (ProjectionStats, Reingested, operator_action, proj
 from pipelines.observe.status import (blocked_streams, blocked_streams_markdown, newest_errors, plural, read_status,
                               version_line)
 from pipelines.store.database import Home, Store
-from pipelines.engine.outcomes import COUNTED
+from pipelines.engine.outcomes import COUNTED, OPERATOR_KINDS
 from pipelines.store.versions import fingerprint
 from pipelines.view import View
 from resources import HomeResource, SparkResource
@@ -135,7 +135,6 @@ def publish_metadata(publication: Publication) -> dict:
             "publish/seconds": dg.MetadataValue.float(round(publication.seconds, 3))}
 
 
-OPERATOR_ACTIONS = ("retry", "skip")  # of parked streams (`inorder retry`, `inorder skip`)
 PUBLISH = "publish"  # to PostgreSQL (`inorder publish`)
 REINGEST = "reingest"  # archived batches inspected again, then every view projected (`inorder reingest`)
 
@@ -161,7 +160,7 @@ OPERATOR_STREAMS = "operator/streams"  # the metadata key of the streams a retry
 
 def action_config(action: str, **config: object) -> dict:
     """The run config of a retry, skip or publish (`config`: its streams, or the view to publish in full)."""
-    return {"ops": {"projections": {"config": {"action": action, **config}}}}
+    return {"ops": {"projections": {"config": {"action": str(action), **config}}}}  # plain text: kept as JSON
 
 
 def projections_asset(views: Sequence[View]) -> dg.AssetsDefinition:
@@ -185,7 +184,7 @@ def projections_asset(views: Sequence[View]) -> dg.AssetsDefinition:
         materialises the views it wrote, so their checks follow. Each materialisation carries the step's
         typed result (assets/results.py)."""
         selected = [v for v in views if dg.AssetKey(v.name) in context.selected_asset_keys]
-        if config.action in OPERATOR_ACTIONS:
+        if config.action in OPERATOR_KINDS:
             yield from _operator(context, config, spark, home.home(), views, selected)
         elif config.action == PUBLISH:
             yield from _publish(config, home.home(), selected)

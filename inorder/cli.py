@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pipelines import faults
 from pipelines.config import Settings
-from pipelines.engine.outcomes import COUNTED
+from pipelines.engine.outcomes import COUNTED, OPERATOR_KINDS
 from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
 from pipelines.observe.status import (BLOCKED_HEADER, ERROR_HEADER, ERROR_KINDS, acted_on, blocked_streams,
                                       describe_operator_outcome, format_status, plural, read_error, read_errors,
@@ -656,7 +656,7 @@ def _reading_commands(command, as_json: dict) -> None:
 def _operator_commands(command) -> None:
     """What an operator does to a home: `retry`, `skip`, `publish`, `rebuild`, `reingest`, `remove-view`,
     `rename-view`."""
-    for action in ("retry", "skip"):
+    for action in OPERATOR_KINDS:
         o = command(action, help=f"{action} a parked stream, or every parked stream of a view")
         o.add_argument("--view", required=True, help="the view the stream is parked in")
         which = o.add_mutually_exclusive_group(required=True)

@@ -27,6 +27,7 @@ from inorder.definitions import build_definitions
 from inorder.terminal import PROGRESS_LOGGER
 from inorder.verdicts import dagster_folder
 from pipelines.engine.ingest import IngestResult
+from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.planning import entries_waiting
 from pipelines.engine.stats import ProjectionStats
 from pipelines.facade import Reingested, RunReport, plan
@@ -298,7 +299,7 @@ def operator_through_dagster(home: Home, views: Sequence[View], view: str, strea
     """`inorder retry` or `skip` as a run of its job: the view's materialisation, so its checks follow.
     Returns the streams acted on (none: nothing was parked)."""
     config = action_config(action, **({"streams": streams} if streams is not None else {}))
-    done = _run_written(home, views, {"retry": RETRY, "skip": SKIP}[action], config, [dg.AssetKey(view)])
+    done = _run_written(home, views, {EntryKind.RETRY: RETRY, EntryKind.SKIP: SKIP}[action], config, [dg.AssetKey(view)])
     return [stream for m in done for stream in m.metadata[OPERATOR_STREAMS].value]
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from datetime import date, datetime, timezone
 import decimal
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from pipelines.message import Reject
 
@@ -247,3 +248,57 @@ def sum_check(sql_type: str, where: str) -> Callable[[Any], None] | None:
     if sql_type == "DOUBLE":
         return functools.partial(_check_float_sum, where)
     return None
+
+
+class Table(Protocol):
+    """What a codec reads of a table's declaration (`pipelines.view.Table`, which imports this module)."""
+
+    name: str
+    primary_key: tuple[str, ...]
+
+    @property
+    def sql_types(self) -> Mapping[str, str]: ...
+
+    @property
+    def value_columns(self) -> tuple[str, ...]: ...
+
+
+class TableCodec:
+    """A table's runtime, built once per declared table (`codec_of`): the row normaliser, the key and value
+    converters and the sum checks that every handler's write runs through. The declaration (`Table`) only
+    says what the columns are."""
+
+    def __init__(self, table: Table) -> None:
+        types, key = table.sql_types, table.primary_key
+        self.normalise_row = row_normaliser(table.name, types, key)
+        # for a one-column key, the class a `get`/`delete`/aggregate key needs no conversion for (None: always
+        # converted: integers for their range, DOUBLE for finiteness, DECIMAL and TIMESTAMPTZ)
+        self.key_class = EXACT_TYPES[types[key[0]]] if len(key) == 1 and types[key[0]] in (
+            "VARCHAR", "BOOLEAN", "DATE") else None
+        self.key_converters = tuple(column_converter(types[c], nullable=False, where=f"{table.name}.{c}")
+                                    for c in key)
+        self.value_converters = {c: column_converter(types[c], nullable=True, where=f"{table.name}.{c}")
+                                 for c in table.value_columns}
+        checks = {c: sum_check(types[c], f"{table.name}.{c}") for c in table.value_columns}
+        self.sum_checks = {c: check for c, check in checks.items() if check is not None}
+        # per value column, the class an increment needs no conversion for (its sum is still checked); a DECIMAL
+        # increment is always rounded to its scale
+        self.increment_classes = {c: int if types[c] in INT_RANGE else float if types[c] == "DOUBLE" else None
+                                  for c in table.value_columns}
+        # a pass reads stored rows from Arrow, whose times carry the session's zone object: handlers get them in
+        # `timezone.utc`, as `column_converter` writes them
+        self.utc_columns = tuple(c for c, t in types.items() if t == "TIMESTAMPTZ")
+
+
+# keyed by identity (a Table holds dicts: no hash), and dropped with the table: a Spark worker unpickles the
+# views of every pass it runs
+_CODECS: dict[int, tuple[weakref.ref, TableCodec]] = {}
+
+
+def codec_of(table: Table) -> TableCodec:
+    """The table's codec, built on its first use in this process."""
+    held = _CODECS.get(id(table))
+    if held is None or held[0]() is not table:
+        held = _CODECS[id(table)] = (weakref.ref(table), TableCodec(table))
+        weakref.finalize(table, _CODECS.pop, id(table), None)
+    return held[1]

@@ -19,6 +19,7 @@ from pipelines.engine.ingest import (IngestResult, LandingFile, check_logical_ti
                               landing_name, new_landing_files, record_entry, reingest, tick_due)
 from pipelines.engine.sources import Source, load_source
 from pipelines.engine.inputs import pass_folder, views_with_due_buffers
+from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.output import PassResult
 from pipelines.engine.planning import plan_passes, views_waiting
 from pipelines.engine.spark_pass import run_pass
@@ -290,7 +291,7 @@ def project_views(spark: SparkSource, home: Home, views: Sequence[View], selecte
     with Store.open(home, views) as store:
         t_us = _logical_now(store, now) if tick else None
         if tick and tick_due(store, t_us):
-            record_entry(store, "tick", t_us)
+            record_entry(store, EntryKind.TICK, t_us)
         stats = project(spark, store, home, views, selected, home_source(home), progress)
     rebuild_due(spark, home, views, stats, progress)
     return stats
@@ -404,7 +405,7 @@ def operator_action(spark: SparkSource, home: Home, views: Sequence[View], view:
                 raise NotParked(f"stream {stream_id!r} of view {view.name} is not parked")
         t_us = store.last_logical_time_us()
         for stream_id in streams:
-            record_entry(store, action, t_us, view.name, stream_id)
+            record_entry(store, EntryKind(action), t_us, view.name, stream_id)
         if streams:
             project(spark, store, home, views, [view], source, progress)
     return list(streams)

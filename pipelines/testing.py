@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from pipelines.columns import codec_of
 from pipelines.engine.normalise import SourceMapping, inspect_json_lines
 from pipelines.engine.order import HandlerBugFailure, PassEntry, PassOutput, StreamState, walk_stream
+from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.rules import buffer_is_due
 from pipelines.message import Message
 from pipelines.scenario import Scenario, Sent, Stream, scenario, stream
@@ -184,7 +186,7 @@ class ViewState:
 
 def aggregate_rows(table: Table, sums: dict) -> list[dict]:
     """The summed increments as the table would hold them (a value column no handler added to is 0)."""
-    zero = {c: convert(0) for c, convert in table.value_converters.items()}
+    zero = {c: convert(0) for c, convert in codec_of(table).value_converters.items()}
     single = len(table.primary_key) == 1
     return [{**dict(zip(table.primary_key, (key,) if single else key)), **zero, **values}
             for key, values in sums.items()]
@@ -238,7 +240,7 @@ class Replay:
             by_stream.setdefault(row["stream_id"], []).append(Message(**{name: row[name] for name in Message._fields}))
         malformed = [{"kind": "malformed", "stream_id": None, "seq": None, "message": reason, "reason": reason,
                       "batch_id": batch_id, "line": line, "raw": raw} for line, raw, reason in inspected.malformed]
-        self._project(PassEntry(entry_idx, batch_id, "batch", t_us), by_stream, malformed)
+        self._project(PassEntry(entry_idx, batch_id, EntryKind.BATCH, t_us), by_stream, malformed)
         return self.result
 
     def tick(self, *, at: datetime) -> ReplayResult:
@@ -247,7 +249,7 @@ class Replay:
         t_us = us_from_utc(at)
         if self.last_us is None or t_us > self.last_us:
             entry_idx = self.entries + 1
-            self._project(PassEntry(entry_idx, f"tick-{entry_idx}", "tick", t_us), {}, [])
+            self._project(PassEntry(entry_idx, f"tick-{entry_idx}", EntryKind.TICK, t_us), {}, [])
         return self.result
 
     def _project(self, entry: PassEntry, by_stream: dict[str, list[Message]], malformed: list[dict]) -> None:

@@ -13,8 +13,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any, Callable, Generic, Literal, Mapping, NamedTuple, Protocol, TypeVar
 
-from pipelines.columns import EXACT_TYPES, INT_RANGE, column_converter, decimal_precision_scale, row_normaliser, \
-    sum_check
+from pipelines.columns import decimal_precision_scale
 # a handler imports them from here: Event, and Reject to refuse a message
 from pipelines.events import TypedHandler, event_type_of, is_event_class
 from pipelines.message import Event, Reject  # noqa: F401
@@ -212,52 +211,6 @@ class Table(Generic[H]):
     @cached_property
     def value_column_set(self) -> frozenset[str]:
         return frozenset(self.value_columns)
-
-    @cached_property
-    def normalise_row(self) -> Callable[[Mapping[str, Any]], dict]:
-        """row -> a new dict with every column, in declared order, each value of its column's Python
-        type (`pipelines.columns.row_normaliser`)."""
-        return row_normaliser(self.name, self.sql_types, self.primary_key)
-
-    @cached_property
-    def utc_columns(self) -> tuple[str, ...]:
-        """The TIMESTAMPTZ columns: a pass reads stored rows from Arrow, whose times carry the session's
-        zone object, and hands them to handlers in `timezone.utc`, as `column_converter` writes them."""
-        return tuple(c for c, t in self.sql_types.items() if t == "TIMESTAMPTZ")
-
-    @cached_property
-    def key_class(self) -> type | None:
-        """For a one-column key, the class a `get`/`delete`/aggregate key needs no conversion for (None:
-        always converted: integers for their range, DOUBLE for finiteness, DECIMAL and TIMESTAMPTZ)."""
-        if len(self.primary_key) != 1:
-            return None
-        sql_type = self.sql_types[self.primary_key[0]]
-        return EXACT_TYPES[sql_type] if sql_type in ("VARCHAR", "BOOLEAN", "DATE") else None
-
-    @cached_property
-    def increment_classes(self) -> dict[str, type | None]:
-        """Per value column, the class an aggregate increment needs no conversion for (its sum is still
-        checked by `sum_checks`); a DECIMAL increment is always rounded to its scale."""
-        return {c: int if t in INT_RANGE else float if t == "DOUBLE" else None
-                for c, t in self.sql_types.items() if c in self.value_column_set}
-
-    @cached_property
-    def key_converters(self) -> tuple[Callable[[Any], Any], ...]:
-        """One converter per primary key column (for `get`/`delete` arguments and aggregate keys)."""
-        return tuple(column_converter(self.sql_types[c], nullable=False, where=f"{self.name}.{c}")
-                     for c in self.primary_key)
-
-    @cached_property
-    def value_converters(self) -> dict[str, Callable[[Any], Any]]:
-        return {c: column_converter(self.sql_types[c], nullable=True, where=f"{self.name}.{c}")
-                for c in self.value_columns}
-
-    @cached_property
-    def sum_checks(self) -> dict[str, Callable[[Any], None]]:
-        """Per numeric value column: raise `Reject` when a sum of converted values no longer fits (a sum
-        of values rounded to a DECIMAL's scale keeps that scale, so only its size needs checking)."""
-        checks = {c: sum_check(self.sql_types[c], f"{self.name}.{c}") for c in self.value_columns}
-        return {c: check for c, check in checks.items() if check is not None}
 
     @property
     def value_columns(self) -> tuple[str, ...]:

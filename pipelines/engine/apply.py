@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable
 
 from pipelines import faults
+from pipelines.columns import codec_of
 from pipelines.faults import crash_point
 from pipelines.engine.outcomes import Outcome
 from pipelines.view import Event, Table, Tables, View
@@ -26,9 +27,10 @@ _TRACEBACK_LIMIT = 8000
 def _key_function(table: Table) -> Callable[[tuple], Any]:
     """`get(*key)` / `delete(*key)` arguments -> the dict key rows are held under (converted like the
     columns, so `get("2026-01-02")` finds the row whose DATE key is date(2026, 1, 2))."""
-    converters = table.key_converters
+    codec = codec_of(table)
+    converters = codec.key_converters
     if len(converters) == 1:
-        (convert,), exact = converters, table.key_class
+        (convert,), exact = converters, codec.key_class
 
         def single(key: tuple) -> Any:
             if len(key) != 1:
@@ -57,10 +59,11 @@ class KeyedRows:
         self.stream_id = stream_id
         self._key_cols = table.primary_key
         self._single = len(table.primary_key) == 1
-        self._normalise = table.normalise_row
+        codec = codec_of(table)
+        self._normalise = codec.normalise_row
         self._lookup = _key_function(table)
         self._stream_key = table.stream_key
-        self._key_class = table.key_class
+        self._key_class = codec.key_class
         self._per_stream = self._single and self._key_cols[0] == self._stream_key  # `row` and `save` work
         self.rows: dict[Any, dict] = {self._key(r): r for r in rows}
         self._journal = journal
@@ -127,7 +130,7 @@ class AppendRows:
         self.appended: list[dict] = []
         self._journal = journal
         self._key_cols = table.primary_key
-        self._normalise = table.normalise_row
+        self._normalise = codec_of(table).normalise_row
         self._stream_key = table.stream_key
 
     def last(self) -> dict | None:
@@ -159,12 +162,13 @@ class AggregateIncrements:
         self._journal = journal
         self._key_cols = table.primary_key
         self._key_set = table.key_set
-        self._converters = table.value_converters
-        self._checks = table.sum_checks
+        codec = codec_of(table)
+        self._converters = codec.value_converters
+        self._checks = codec.sum_checks
         self._lookup = _key_function(table)
         self._single_key = table.primary_key[0] if len(table.primary_key) == 1 else None
-        self._key_class = table.key_class
-        self._exact = table.increment_classes
+        self._key_class = codec.key_class
+        self._exact = codec.increment_classes
 
     def add(self, key: dict, **increments: Any) -> None:
         if key.keys() != self._key_set:

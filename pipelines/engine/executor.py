@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import faults
+from pipelines.columns import codec_of
 from pipelines.engine.order import PassEntry, PassOutput, StreamState, walk_stream
 from pipelines.engine.output import FATAL_METRIC, INPUT_ROWS_METRIC, WALKED_METRIC
 from pipelines.engine.pass_data import InputKind, Metric, output_batches, row_column
@@ -34,7 +35,7 @@ def _decode_state(view: View, row: dict, first_seq: int) -> StreamState:
         stored = row.get(row_column(view.name, table.name))
         if stored is None:
             continue
-        utc = table.utc_columns
+        utc = codec_of(table).utc_columns
         if utc:
             for r in stored if table.kind == "keyed" else (stored,):
                 for column in utc:

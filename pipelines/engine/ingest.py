@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.faults import crash_point
+from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.normalise import SUPPORTED_SUFFIXES, InspectedBatch, RejectedFile, SourceMapping, inspect_file
 from pipelines.engine.planning import SKETCH_SQL
 from pipelines.engine.sources import Source
@@ -254,7 +255,7 @@ def tick_due(store: Store, t_us: int) -> bool:
     return last is None or t_us > last
 
 
-def record_entry(store: Store, kind: str, t_us: int, target_view: str | None = None,
+def record_entry(store: Store, kind: EntryKind, t_us: int, target_view: str | None = None,
                  target_stream: str | None = None) -> int:
     """Register a tick or an operator action as the next entry; returns its index."""
     entry_idx = store.next_entry_idx()

@@ -12,6 +12,7 @@ from typing import Iterable
 import pyarrow.parquet as pq
 
 from pipelines.engine.ingest import archive_path
+from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.pass_data import InputKind, row_column
 from pipelines.engine.planning import PassPlan
 from pipelines.engine.routing import subscriptions
@@ -58,7 +59,7 @@ def load_inputs(store: Store, home: Home, views: list[View], plan: PassPlan, lay
                 ) -> tuple[PassInputs | None, list[str]]:
     """The STATE and PENDING rows of every (view, stream) the pass touches, as a Parquet file in the pass's
     scratch folder (None: there are none), and the archive files to read."""
-    files = [str(archive_path(home, e["entry_idx"])) for e in plan.entries if e["kind"] == "batch"]
+    files = [str(archive_path(home, e["entry_idx"])) for e in plan.entries if e["kind"] == EntryKind.BATCH]
     _record_todo(store.con, views, plan)
     plan.message_counts = _scan_messages(store.con, files)
     _find_streams(store.con, views, plan, layout)

@@ -16,14 +16,13 @@ from pipelines.faults import crash_point
 from pipelines.message import Event, Message
 from pipelines.engine.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
                                  WatermarkRecord)
-from pipelines.engine.outcomes import Outcome
+from pipelines.engine.outcomes import OPERATOR_KINDS, EntryKind, Outcome
 from pipelines.view import Reject, View
 
 # the walk's counts besides a handler's outcomes (pipelines/engine/apply.py), as plain strings; a late or
 # conflicting message's error record is of the kind its count is named
 SELECTED, DUPLICATE, LATE, CONFLICT, GAPS_SKIPPED = (o.value for o in (
     Outcome.SELECTED, Outcome.DUPLICATE, Outcome.LATE, Outcome.CONFLICT, Outcome.GAPS_SKIPPED))
-OPERATOR_KINDS = ("retry", "skip")  # the entries an operator records for one stream
 
 
 class NotParked(ValueError):
@@ -192,7 +191,7 @@ class StreamWalk:
         the handler_error it was)."""
         state = self.state
         state.parked = False
-        if entry.kind == "skip":
+        if entry.kind == EntryKind.SKIP:
             dropped = state.walked[state.last_seq + 1] = self.pending.pop(state.last_seq + 1)
             self.out.count(self.name, entry.entry_idx, HANDLER_ERROR)
             state.last_seq, state.attempts = dropped.seq, 0

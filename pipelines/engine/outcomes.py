@@ -1,9 +1,22 @@
-"""What a pass counts: the engine's contract with the ledger, the checks and the terminal. The walk runs on
+"""What a pass walks and counts: the engine's contract with the ledger, the checks and the terminal. The walk runs on
 Spark's executors, so this module imports nothing (least of all the store or DuckDB)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+
+class EntryKind(StrEnum):
+    """What an entry of the store's log is (`inorder.batches`' `kind`): a batch of messages, a tick of logical
+    time, or an operator's retry or skip of a view's parked streams."""
+
+    BATCH = "batch"
+    TICK = "tick"
+    RETRY = "retry"
+    SKIP = "skip"
+
+
+OPERATOR_KINDS = (EntryKind.RETRY, EntryKind.SKIP)  # the entries an operator records (`inorder retry`, `skip`)
 
 
 class Outcome(StrEnum):

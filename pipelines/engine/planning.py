@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 
 from pipelines.config import DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, Settings
 from pipelines.engine.order import PassEntry
+from pipelines.engine.outcomes import OPERATOR_KINDS, EntryKind
 from pipelines.store.database import Store, us_from_utc
 from pipelines.store.layout import LIVE, Layout, uncommitted
 from pipelines.view import View
@@ -161,7 +162,7 @@ def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None =
                                  "AND table_name = 'ingest_streams'").fetchone()[0]
     batch_streams = store.con.execute(
         "SELECT entry_idx, stream_type, streams, sketch FROM inorder.ingest_streams WHERE list_contains(?, entry_idx)",
-        [[r[0] for r in rows if r[2] == "batch"]]).fetchall() if recorded else []
+        [[r[0] for r in rows if r[2] == EntryKind.BATCH]]).fetchall() if recorded else []
     for entry_idx, stream_type, streams, sketch in batch_streams:
         sketches.setdefault(entry_idx, {})[stream_type] = StreamSketch.recorded(sketch, streams)
     subscribes = {v.name: v.subscribes for v in views}
@@ -199,7 +200,7 @@ def entries_waiting(store: Store, views: Iterable[View]) -> list[tuple[str, list
     """(batch id, the views that have it to do) of each archived entry other than a tick that some of the
     views have not committed yet (what `plan_passes` would give them to project), in ingest order."""
     return [(batch_id, todo) for _, batch_id, kind, *_, todo in _uncommitted(store, [v.name for v in views], LIVE)
-            if kind != "tick"]
+            if kind != EntryKind.TICK]
 
 
 def views_waiting(store: Store, views: Iterable[View]) -> set[str]:
@@ -212,9 +213,9 @@ def _entry_streams(kind: str, records: int, by_type: dict[str, StreamSketch] | N
     """The streams an entry brings to each view that has it to do: a batch's streams of the types the
     view subscribes to (a batch of a store made before sketches were recorded: at most one per record),
     the target stream of an operator's action, none for a tick."""
-    if kind in ("retry", "skip"):
+    if kind in OPERATOR_KINDS:
         return {view: StreamSketch(unsketched=1) for view in subscribes}
-    if kind != "batch" or not records:
+    if kind != EntryKind.BATCH or not records:
         return {}
     if by_type is None:
         return {view: StreamSketch(unsketched=records) for view in subscribes}

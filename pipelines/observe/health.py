@@ -13,7 +13,7 @@ import duckdb
 from pipelines.engine.ingest import archive_path
 from pipelines.engine.routing import unrouted
 from pipelines.store.database import Home, us_from_utc
-from pipelines.engine.outcomes import COUNTED, Outcome, OUTCOME_COLUMNS
+from pipelines.engine.outcomes import COUNTED, EntryKind, Outcome, OUTCOME_COLUMNS
 from pipelines.store.layout import LIVE, uncommitted
 from pipelines.view import Thresholds, View
 
@@ -316,7 +316,7 @@ def _event_time_lag(con: duckdb.DuckDBPyConnection, home: Home, view: View) -> f
     streams ended on (each stream's message at last_seq), against the run's logical time."""
     last_run = con.execute(
         f"SELECT entry_idx, kind, received_at FROM inorder.batches WHERE {LAST_RUN}", {"view": view.name}).fetchall()
-    files = [str(archive_path(home, e)) for e, kind, _ in last_run if kind == "batch"
+    files = [str(archive_path(home, e)) for e, kind, _ in last_run if kind == EntryKind.BATCH
              and archive_path(home, e).exists()]
     if not files:
         return None

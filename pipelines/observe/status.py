@@ -13,7 +13,7 @@ from pipelines.observe.markdown import markdown_table
 from pipelines.serve.publish import Positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
 from pipelines.store.database import Home, Store, us_from_utc
-from pipelines.engine.outcomes import OUTCOME_COLUMNS
+from pipelines.engine.outcomes import OUTCOME_COLUMNS, EntryKind
 from pipelines.store.versions import ViewVersion, read_versions, stored_view_names
 from pipelines.view import View
 
@@ -308,7 +308,7 @@ def describe_operator_outcome(action: str, view: str, streams: Sequence[ActedOn]
     moved = [s for s in streams if not s.parked]
     anew = [s for s in streams if s.parked and not s.failed_again]
     again = [s for s in streams if s.failed_again]
-    done = "its parked message skipped (counted as handler_error)" if action == "skip" else "the retried message applied"
+    done = "its parked message skipped (counted as handler_error)" if action == EntryKind.SKIP else "the retried message applied"
     why = f"; `inorder errors --view {view} --kind handler_error` says why"
     parts = []
     if moved:
