@@ -308,16 +308,20 @@ def two_folders(tmp_path, monkeypatch):
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
     _write(theirs, {**{f"other_{t}.py": "RATE = 2\n" for t in ("flat", "pkg")}})
     _write(mine, {"beside_flat.py": "N = 1\n", "beside_pkg.py": "N = 1\n",
-                  "flat.py": HANDLER.format(t="flat", extra="from helpers.sub import deeper\nimport helpers.spaced"),
+                  "flat.py": HANDLER.format(t="flat", extra="from helpers.sub import deeper\nimport helpers.spaced\n"
+                                                                  "import deep.inner.mod"),
                   "pkg/__init__.py": HANDLER.format(t="pkg", extra=""),
-                  "helpers/__init__.py": "", "helpers/sub/deeper.py": "D = 4\n", "helpers/spaced/mod.py": ""})
+                  "helpers/__init__.py": "", "helpers/sub/deeper.py": "D = 4\n", "helpers/spaced/mod.py": "",
+                  # relative imports in a module and in a package's __init__.py, two packages deep
+                  "deep/__init__.py": "", "deep/inner/__init__.py": "from . import leaf\n", "deep/inner/leaf.py": "",
+                  "deep/inner/mod.py": "from . import leaf\n"})
     for path in (theirs, mine):
         monkeypatch.syspath_prepend(str(path))
     monkeypatch.chdir(theirs)  # a root guessed from the working folder would take `theirs` in
     importlib.invalidate_caches()
     yield mine
     for name in [m for m in sys.modules if m.split(".")[0] in ("flat", "pkg", "beside_flat", "beside_pkg", "other_flat",
-                                                                  "other_pkg", "helpers", "compiled", "uses_compiled",
+                                                                  "other_pkg", "helpers", "compiled", "uses_compiled", "deep",
                                                                   "mixed")]:
         del sys.modules[name]
 
@@ -330,7 +334,8 @@ def test_a_views_own_modules_are_those_under_the_folder_that_holds_its_module_or
     flat = importlib.import_module("flat").VIEW
     found = own_modules(flat)
     # `helpers.sub` and `helpers.spaced` are folders without __init__.py inside a package: counted, with no file
-    assert list(found) == ["beside_flat", "flat", "helpers.spaced", "helpers.sub", "helpers.sub.deeper"]
+    assert list(found) == ["beside_flat", "deep.inner", "deep.inner.leaf", "deep.inner.mod", "flat", "helpers.spaced",
+                           "helpers.sub", "helpers.sub.deeper"]
     assert (found["beside_flat"], found["flat"], found["helpers.sub.deeper"]) == (
         "N = 1\n", (two_folders / "flat.py").read_text(), "D = 4\n")
     package = importlib.import_module("pkg").VIEW  # defined in a package's __init__.py: the root is the package's folder
