@@ -158,3 +158,18 @@ def test_the_ingest_says_each_file_it_registers_and_returns_its_entry_and_size(t
     assert said == ["ingest 1/3 b1.jsonl: archived, 2 records, 1 malformed",
                     f"ingest 2/3 b1.parquet: rejected, 0 records, 0 malformed ({results[1].reason})",
                     f"ingest 3/3 b3.xml: rejected, 0 records, 0 malformed ({results[2].reason})"]
+
+
+def test_each_file_of_one_ingest_is_archived_under_its_own_entry(tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines.engine.ingest import archive_path
+
+    home = Home(tmp_path / "home").ensure()
+    for name, stream in (("b1", "a"), ("b2", "b"), ("b3", "c")):
+        (home.landing / f"{name}.jsonl").write_text(opened(stream) + "\n")
+    with Store.open(home, BANK_VIEWS) as store:
+        assert [r.entry_idx for r in ingest_landing(store, home, SourceMapping(), T)] == [1, 2, 3]
+    for entry_idx, stream in ((1, "a"), (2, "b"), (3, "c")):
+        archived = pq.read_table(archive_path(home, entry_idx)).to_pylist()
+        assert [(m["entry_idx"], m["stream_id"]) for m in archived] == [(entry_idx, stream)]
