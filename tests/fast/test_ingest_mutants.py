@@ -1,0 +1,175 @@
+"""A landing file that changes after the ingest recorded it (pipelines/engine/ingest.py `_changed`,
+`current_version`, `_fingerprint`), where `make mutation` found no test without a JVM (issue 36): it is set aside
+once per new content as `<name>@<hash>`, and the recorded version stays the one that counts. DuckDB in process."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from pipelines.engine.ingest import LogicalTimeError, ingest_landing
+from pipelines.engine.normalise import SourceMapping
+from pipelines.store.database import Home, Store
+from tests.builders import dep, opened
+from tests.domains import BANK_VIEWS
+
+T = 1_700_000_000_000_000
+KEPT = ("the recorded version stays the one that counts; give new content a new file name")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _log(store: Store, since: int) -> list[tuple]:
+    return store.con.execute("SELECT entry_idx, batch_id, file_name, status, bytes, sha256, mtime_ns "
+                             "FROM inorder.ingest_log WHERE entry_idx >= ? ORDER BY entry_idx", [since]).fetchall()
+
+
+def test_a_landing_file_changed_after_it_was_recorded_is_set_aside_once_per_new_content(tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    b1, b3 = home.landing / "b1.jsonl", home.landing / "b3.xml"
+    b1.write_text(opened("a") + "\n")
+    b3.write_text("<x/>")
+    with Store.open(home, BANK_VIEWS) as store:
+        assert [(r.batch_id, r.status) for r in ingest_landing(store, home, SourceMapping(), T)] == [
+            ("b1", "archived"), ("b3.xml", "rejected")]
+        later = opened("a") + "\n" + dep("a", 2, 5) + "\n"
+        b1.write_text(later)
+        b3.write_text("<y/>")  # the same size: the mtime tells it changed, the hash that it did
+        os.utime(b3, ns=(b3.stat().st_atime_ns, b3.stat().st_mtime_ns + 10**9))
+        changed = ingest_landing(store, home, SourceMapping(), T + 1)
+        assert [(r.entry_idx, r.batch_id, r.status, r.bytes) for r in changed] == [
+            (3, f"b1.jsonl@{_sha(later)[:16]}", "rejected", len(later)), (4, f"b3.xml@{_sha('<y/>')[:16]}", "rejected", 4)]
+        assert changed[0].reason == ("the file changed after it was ingested as batch 'b1' (same name, new content); "
+                                     + KEPT)
+        assert changed[1].reason == ("the file changed after it was set aside as rejected batch 'b3.xml' (same name, "
+                                     "new content); " + KEPT)
+        assert _log(store, 3) == [
+            (3, f"b1.jsonl@{_sha(later)[:16]}", "b1.jsonl", "rejected", len(later), _sha(later), b1.stat().st_mtime_ns),
+            (4, f"b3.xml@{_sha('<y/>')[:16]}", "b3.xml", "rejected", 4, _sha("<y/>"), b3.stat().st_mtime_ns)]
+        assert ingest_landing(store, home, SourceMapping(), T + 2) == []  # each new content is set aside once
+        os.utime(b1, ns=(b1.stat().st_atime_ns, b1.stat().st_mtime_ns + 10**9))
+        assert ingest_landing(store, home, SourceMapping(), T + 3) == []  # touched, the same content
+        b1.write_text(opened("a") + "\n")  # back to the content ingested first
+        assert ingest_landing(store, home, SourceMapping(), T + 4) == []
+
+
+def test_a_recorded_file_replaced_by_a_link_out_of_the_landing_folder_is_set_aside_unread(tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    b1 = home.landing / "b1.jsonl"
+    b1.write_text(opened("a") + "\n")
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_text(opened("a") + "\n" + dep("a", 2, 5) + "\n")
+    with Store.open(home, BANK_VIEWS) as store:
+        ingest_landing(store, home, SourceMapping(), T)
+        b1.unlink()
+        b1.symlink_to(outside)
+        (changed,) = ingest_landing(store, home, SourceMapping(), T + 1)
+        where = hashlib.sha256(os.fsencode(outside.resolve())).hexdigest()
+        assert (changed.batch_id, changed.status, changed.bytes) == (f"b1.jsonl@{where[:16]}", "rejected",
+                                                                     outside.stat().st_size)
+        assert _log(store, 2) == [(2, f"b1.jsonl@{where[:16]}", "b1.jsonl", "rejected", outside.stat().st_size, None,
+                                   outside.stat().st_mtime_ns)]
+
+
+def test_a_tick_is_due_only_when_logical_time_moved_past_the_last_entry(tmp_path):
+    from pipelines.engine.ingest import record_entry, tick_due
+
+    home = Home(tmp_path / "home").ensure()
+    with Store.open(home, BANK_VIEWS) as store:
+        assert tick_due(store, T)  # nothing recorded yet
+        record_entry(store, "tick", T)
+        assert not tick_due(store, T) and not tick_due(store, T - 1)
+        assert tick_due(store, T + 1)
+
+
+class _Crashed(Exception):
+    pass
+
+
+def _reached(point: str, monkeypatch, tmp_path) -> bool:
+    """Does an ingest of an archived and a rejected file, then a tick, pass `point`? (the crash sweep's kill,
+    made an exception)"""
+    from pipelines import faults
+    from pipelines.engine.ingest import record_entry
+
+    for name, value in (("ARMED", point), ("_point", point), ("_nth", 1), ("_hits", 0), ("_delay_us", 0)):
+        monkeypatch.setattr(faults, name, value)
+
+    def crash() -> None:
+        raise _Crashed(point)
+
+    monkeypatch.setattr(faults, "_kill", crash)
+    home = Home(tmp_path / point).ensure()
+    (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
+    (home.landing / "b3.xml").write_text("<x/>")
+    with Store.open(home, BANK_VIEWS) as store:
+        try:
+            ingest_landing(store, home, SourceMapping(), T)
+            record_entry(store, "tick", T + 1)
+        except _Crashed:
+            return True
+    return False
+
+
+def test_every_crash_point_of_the_ingest_is_armed_by_the_sweep_and_reached(monkeypatch, tmp_path):
+    """The crash sweep (tests/crash_sweep.py) kills runs at these points: a point renamed or no longer passed
+    would make its cases kill nothing."""
+    import re
+    from pathlib import Path
+
+    from pipelines.engine import ingest
+    from tests.crash_sweep import NAMED
+
+    in_the_ingest = set(re.findall(r'crash_point\("([a-z_.]+)"\)', Path(ingest.__file__).read_text()))
+    armed = {p for p, *_ in NAMED if p.startswith("ingest.")}
+    assert in_the_ingest == armed == {"ingest.listed", "ingest.inspected", "ingest.archive_written",
+                                      "ingest.archive_in_place", "ingest.registering", "ingest.registered",
+                                      "ingest.rejected_registered"}
+    for point in sorted(armed | {"tick.recorded"}):
+        assert _reached(point, monkeypatch, tmp_path), point
+    assert not _reached("ingest.nowhere", monkeypatch, tmp_path)
+
+
+def test_the_ingest_says_each_file_it_registers_and_returns_its_entry_and_size(tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    text = opened("a") + "\n{oops\n"
+    (home.landing / "b1.jsonl").write_text(text)
+    (home.landing / "b1.parquet").write_text("not read: its batch id is taken")
+    (home.landing / "b3.xml").write_text("<x/>")  # read, and rejected
+    said: list[str] = []
+    with Store.open(home, BANK_VIEWS) as store:
+        results = ingest_landing(store, home, SourceMapping(), T, progress=said.append)
+        assert _log(store, 1)[0] == (1, "b1", "b1.jsonl", "archived", len(text), _sha(text),
+                                     (home.landing / "b1.jsonl").stat().st_mtime_ns)  # what was read was hashed
+        (home.landing / "b2.jsonl").write_text(opened("b") + "\n")
+        assert [r.batch_id for r in ingest_landing(store, home, SourceMapping(), T)] == ["b2"]  # the same time: fine
+        with pytest.raises(LogicalTimeError, match=r"^logical time 2023-11-14T22:13:19\.999999\+00:00 is before the "
+                                                   r"last recorded 2023-11-14T22:13:20\+00:00; logical time never runs "
+                                                   r"backwards$"):
+            (home.landing / "b4.jsonl").write_text(opened("c") + "\n")
+            ingest_landing(store, home, SourceMapping(), T - 1)
+    assert [(r.entry_idx, r.batch_id, r.status, r.records, r.malformed, r.bytes) for r in results] == [
+        (1, "b1", "archived", 2, 1, len(text)), (2, "b1.parquet", "rejected", 0, 0, 0),
+        (3, "b3.xml", "rejected", 0, 0, 4)]
+    assert said == ["ingest 1/3 b1.jsonl: archived, 2 records, 1 malformed",
+                    f"ingest 2/3 b1.parquet: rejected, 0 records, 0 malformed ({results[1].reason})",
+                    f"ingest 3/3 b3.xml: rejected, 0 records, 0 malformed ({results[2].reason})"]
+
+
+def test_each_file_of_one_ingest_is_archived_under_its_own_entry(tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines.engine.ingest import archive_path
+
+    home = Home(tmp_path / "home").ensure()
+    for name, stream in (("b1", "a"), ("b2", "b"), ("b3", "c")):
+        (home.landing / f"{name}.jsonl").write_text(opened(stream) + "\n")
+    with Store.open(home, BANK_VIEWS) as store:
+        assert [r.entry_idx for r in ingest_landing(store, home, SourceMapping(), T)] == [1, 2, 3]
+    for entry_idx, stream in ((1, "a"), (2, "b"), (3, "c")):
+        archived = pq.read_table(archive_path(home, entry_idx)).to_pylist()
+        assert [(m["entry_idx"], m["stream_id"]) for m in archived] == [(entry_idx, stream)]
