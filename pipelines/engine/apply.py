@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable
 
 from pipelines import faults
-from pipelines.columns import codec_of
+from pipelines.columns import TableCodec, codec_of
 from pipelines.faults import crash_point
 from pipelines.engine.outcomes import Outcome
 from pipelines.view import Event, Table, Tables, View
@@ -24,10 +24,9 @@ _NUMBERS = frozenset((int, float, Decimal))  # exact classes: bool is not a numb
 _TRACEBACK_LIMIT = 8000
 
 
-def _key_function(table: Table) -> Callable[[tuple], Any]:
+def _key_function(table: Table, codec: TableCodec) -> Callable[[tuple], Any]:
     """`get(*key)` / `delete(*key)` arguments -> the dict key rows are held under (converted like the
     columns, so `get("2026-01-02")` finds the row whose DATE key is date(2026, 1, 2))."""
-    codec = codec_of(table)
     converters = codec.key_converters
     if len(converters) == 1:
         (convert,), exact = converters, codec.key_class
@@ -61,7 +60,7 @@ class KeyedRows:
         self._single = len(table.primary_key) == 1
         codec = codec_of(table)
         self._normalise = codec.normalise_row
-        self._lookup = _key_function(table)
+        self._lookup = _key_function(table, codec)
         self._stream_key = table.stream_key
         self._key_class = codec.key_class
         self._per_stream = self._single and self._key_cols[0] == self._stream_key  # `row` and `save` work
@@ -165,7 +164,7 @@ class AggregateIncrements:
         codec = codec_of(table)
         self._converters = codec.value_converters
         self._checks = codec.sum_checks
-        self._lookup = _key_function(table)
+        self._lookup = _key_function(table, codec)
         self._single_key = table.primary_key[0] if len(table.primary_key) == 1 else None
         self._key_class = codec.key_class
         self._exact = codec.increment_classes
