@@ -109,7 +109,7 @@ class ViewState:
     def _due(self, stream_id: str, t_us: int) -> bool:
         """A buffered stream a run walks with no new message (pipelines/engine/inputs.py's DUE_BUFFERS)."""
         watermark, view = self.watermarks[stream_id], self.view
-        return buffer_is_due(watermark["pending_count"], watermark["parked"], watermark["blocked_since_us"],
+        return buffer_is_due(watermark["pending_count"], watermark["parked"], watermark["blocked_since"],
                              view.gap_timeout_us, view.max_pending, t_us)
 
     def project(self, entries: list[PassEntry], by_stream: Mapping[str, list[Message]],
@@ -261,11 +261,12 @@ class Replay:
             msg = error.msg
             self.errors.append({"kind": error.kind, "stream_id": error.stream_id, "seq": msg.seq,
                                 "message": error.message or error.reason, **error.details(),
+                                "logged_at_us": error.logged_at,  # the kit's name since 0.1.0, beside the store's
                                 "event_type": msg.event_type, "batch_id": msg.batch_id, "line": msg.line})
         for gap in out.gaps:
             self.gaps.append({"stream_id": gap.stream_id, "reason": gap.reason, "first_missing": gap.first_missing,
                               "last_missing": gap.last_missing, "waited_us": gap.waited_us,
-                              "batch_id": gap.batch_id, "skipped_at_us": gap.skipped_at_us})
+                              "batch_id": gap.batch_id, "skipped_at_us": gap.skipped_at})
         for (_, _, outcome), n in out.counts.items():
             self.counts[outcome] = self.counts.get(outcome, 0) + n
 

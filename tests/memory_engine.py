@@ -177,15 +177,13 @@ def _project_pass(vs: ViewState, updated: dict[str, tuple[int, int | None]], pro
             updated[watermark.stream_id] = (watermark.entry_idx, last_seqs.get(watermark.stream_id))
     for error in out.errors:
         if error.view == view.name:
-            details = error.details()
             store.errors.append({"view": error.view, "stream_id": error.stream_id, **_message(error.msg),
-                                 "kind": error.kind, **{k: v for k, v in details.items() if k != "logged_at_us"},
-                                 "logged_at": error.logged_at_us, "entry_idx": error.entry_idx})
+                                 "kind": error.kind, **error.details(), "entry_idx": error.entry_idx})
     for gap in out.gaps:
         if gap.view == view.name:
             store.gaps.append({"view": gap.view, "stream_id": gap.stream_id, "first_missing": gap.first_missing,
                                "last_missing": gap.last_missing, "waited_seconds": gap.waited_us / 1e6,
-                               "reason": gap.reason, "batch_id": gap.batch_id, "skipped_at": gap.skipped_at_us,
+                               "reason": gap.reason, "batch_id": gap.batch_id, "skipped_at": gap.skipped_at,
                                "entry_idx": gap.entry_idx})
     entry_counts = [{name: out.counts.get((view.name, p.entry.entry_idx, name), 0)
                      for name in ("selected", *OUTCOME_COLUMNS, "gaps_skipped")} for p in projected]
@@ -207,7 +205,7 @@ def _store_view(vs: ViewState, updated: dict[str, tuple[int, int | None]], store
         store.watermarks.append({
             "view": view.name, "stream_id": sid, "stream_type": watermark["stream_type"],
             "last_seq": watermark["last_seq"], "blocked_at": watermark["blocked_at"],
-            "blocked_since": watermark["blocked_since_us"], "parked": watermark["parked"],
+            "blocked_since": watermark["blocked_since"], "parked": watermark["parked"],
             "pending_count": watermark["pending_count"], "attempts": watermark["attempts"],
             "updated_entry": updated_entry, "prev_last_seq": prev})
         for msg in sorted(vs.pending.get(sid, [])):

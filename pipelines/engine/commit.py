@@ -15,9 +15,11 @@ from pipelines.engine.output import PassResult
 from pipelines.engine.planning import PassPlan
 from pipelines.engine.rules import running_pending
 from pipelines.store.layout import LIVE, Layout
-from pipelines.engine.pass_data import OutputKind, row_column
+from pipelines.engine.pass_data import ERROR_DETAILS, MESSAGE_IN_PASS, OutputKind, row_column
 from pipelines.store.database import Store
 from pipelines.engine.outcomes import COUNTED, Outcome, OUTCOME_COLUMNS
+from pipelines.message import Message
+from pipelines.records import STORED_WATERMARK, WatermarkRecord, select
 from pipelines.store.versions import record_projection
 from pipelines.view import Table, View
 
@@ -148,10 +150,8 @@ def _commit_watermarks(con, state: str) -> None:
     # by rowid, found in this transaction: no second scan of the whole table
     con.execute(f"DELETE FROM {state}.watermarks WHERE rowid IN (SELECT t.row_id FROM pass_prev t)")
     con.execute(f"""
-        INSERT INTO {state}.watermarks (view, stream_id, stream_type, last_seq, blocked_at, blocked_since, parked,
-                                        pending_count, updated_entry, prev_last_seq, attempts)
-        SELECT o.view, o.stream_id, o.stream_type, o.last_seq, o.blocked_at, o.blocked_since, o.parked,
-               o.pending_count, o.entry_idx, p.last_seq, o.attempts
+        INSERT INTO {state}.watermarks BY NAME
+        SELECT {select("o", WatermarkRecord._fields, target=STORED_WATERMARK)}, p.last_seq AS prev_last_seq
         FROM pass_out o LEFT JOIN pass_prev p ON p.view = o.view AND p.stream_id = o.stream_id
         WHERE o.kind = {watermark}""")
     crash_point("commit.watermarks")
@@ -164,24 +164,23 @@ def _commit_pending(con, state: str) -> None:
         DELETE FROM {state}.pending p USING (SELECT o.view, o.stream_id FROM pass_out o WHERE o.kind = {watermark}) t
         WHERE p.view = t.view AND p.stream_id = t.stream_id""")
     con.execute(f"""
-        INSERT INTO {state}.pending (view, stream_id, seq, stream_type, event_type, payload, occurred_at, event_id,
-                                     batch_id, line, entry_idx)
-        SELECT o.view, o.stream_id, o.seq, o.stream_type, o.event_type, o.payload, o.occurred_at, o.event_id,
-               o.batch_id, o.line, o.msg_entry_idx
+        INSERT INTO {state}.pending BY NAME
+        SELECT o.view, o.stream_id, {select("o", Message._fields, source=MESSAGE_IN_PASS)}
         FROM pass_out o WHERE o.kind = {pending}""")
     crash_point("commit.pending")
+
+
+# an error row keeps its message's fields but its entry (its entry_idx is the entry that logged it) and stream type
+LOGGED_MESSAGE = [name for name in Message._fields if name not in ("entry_idx", "stream_type")]
 
 
 def _commit_errors_and_gaps(con, state: str) -> None:
     """The pass's error records and skipped gap ranges, in entry order."""
     error, gap = (f"'{k.value}'" for k in (OutputKind.ERROR, OutputKind.GAP))
     con.execute(f"""
-        INSERT INTO {state}.errors (view, stream_id, seq, kind, event_type, payload, occurred_at, event_id,
-                                    batch_id, line, reason, exception_type, message, traceback, logged_at,
-                                    entry_idx, error_class, attempt)
-        SELECT o.view, o.stream_id, o.seq, o.name, o.event_type, o.payload, o.occurred_at, o.event_id, o.batch_id,
-               o.line, o.reason, o.exception_type, o.message, o.traceback, o.logged_at, o.entry_idx,
-               o.error_class, o.attempt
+        INSERT INTO {state}.errors BY NAME
+        SELECT o.view, o.stream_id, o.entry_idx, o.name AS kind, {select("o", LOGGED_MESSAGE)},
+               {select("o", ERROR_DETAILS)}
         FROM pass_out o WHERE o.kind = {error}
         ORDER BY o.entry_idx, o.view, o.stream_id, o.seq, o.line""")
     crash_point("commit.errors")

@@ -15,6 +15,8 @@ from pipelines.engine.ingest import archive_path
 from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.pass_data import InputKind, row_column
 from pipelines.engine.planning import PassPlan
+from pipelines.message import Message
+from pipelines.records import WATERMARK_STATE, select
 from pipelines.engine.routing import subscriptions
 from pipelines.store.database import Home, Store
 from pipelines.store.layout import LIVE, Layout
@@ -128,7 +130,7 @@ def _find_watermarks_and_gaps(con, layout: Layout) -> None:
     read once for all views (`_touched_rows`)."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_watermarks AS
-        SELECT w.view, w.stream_id, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts
+        SELECT w.view, w.stream_id, {select("w", WATERMARK_STATE)}
         FROM {_touched_rows(f"{layout.state}.watermarks", "w", BY_PAIR)}""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_skipped AS
@@ -168,10 +170,9 @@ def _find_walked_copies(con, home: Home, files: list[str]) -> None:
         JOIN pass_resent_seqs r ON r.stream_id = i.stream_id AND r.seq BETWEEN i.min_seq AND i.max_seq
         ORDER BY 1""").fetchall()]
     if holding:
-        con.execute("""
+        con.execute(f"""
             INSERT INTO pass_walked BY NAME
-            SELECT r.view, a.stream_id, a.seq, a.stream_type, a.event_type, a.payload, a.occurred_at, a.event_id,
-                   a.batch_id, a.line, a.entry_idx
+            SELECT r.view, a.stream_id, {select("a", Message._fields)}
             FROM read_parquet(?) a
             JOIN pass_resent_seqs r ON r.stream_id = a.stream_id AND r.seq = a.seq
             JOIN pass_subs s ON s.view = r.view AND s.stream_type = a.stream_type
@@ -184,8 +185,7 @@ def _message_rows(source: str, alias: str, kind: InputKind) -> str:
     `inorder.pending`'s columns: every input column but the state's."""
     p = alias
     return f"""
-        SELECT {p}.view, {p}.stream_id, {int(kind)}::INTEGER AS rec_type, {p}.entry_idx, {p}.line, {p}.seq,
-               {p}.batch_id, {p}.event_type, {p}.payload, {p}.occurred_at, {p}.event_id, {p}.stream_type,
+        SELECT {p}.view, {p}.stream_id, {int(kind)}::INTEGER AS rec_type, {select(p, Message._fields)},
                NULL::VARCHAR AS views  -- a NEW message's; here so that the file has every input column
         FROM {source} {alias}"""
 
@@ -228,8 +228,7 @@ def _state_sql(view: View, layout: Layout) -> str:
         present.append(f" OR {rows}.stream_id IS NOT NULL")
     return f"""
         SELECT s.view, s.stream_id, {int(InputKind.STATE)}::INTEGER AS rec_type, 0::BIGINT AS entry_idx,
-               0::BIGINT AS line, w.stream_type, w.last_seq, w.blocked_at, w.blocked_since, w.parked, w.attempts,
-               g.skipped{''.join(columns)}
+               0::BIGINT AS line, {select("w", WATERMARK_STATE)}, g.skipped{''.join(columns)}
         FROM pass_streams s
         LEFT JOIN pass_watermarks w ON w.view = s.view AND w.stream_id = s.stream_id
         LEFT JOIN pass_skipped g ON g.view = s.view AND g.stream_id = s.stream_id

@@ -14,8 +14,8 @@ from pipelines import faults
 from pipelines.engine.apply import APPLIED, HANDLER_ERROR, IGNORED, StreamApplier, describe_exception
 from pipelines.faults import crash_point
 from pipelines.message import Event, Message
-from pipelines.engine.pass_data import (ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord,
-                                 WatermarkRecord)
+from pipelines.engine.pass_data import ErrorRecord, GapRecord, HandlerBug, PassOutput, PendingRecord, RowsRecord
+from pipelines.records import WatermarkRecord
 from pipelines.engine.outcomes import OPERATOR_KINDS, EntryKind, Outcome
 from pipelines.view import Reject, View
 
@@ -58,7 +58,7 @@ class StreamState:
     stream_type: str | None = None
     last_seq: int = 0
     blocked_at: int | None = None
-    blocked_since_us: int | None = None
+    blocked_since: int | None = None
     parked: bool = False
     attempts: int = 0  # failed attempts so far of the message at last_seq + 1 (a parked stream's)
     skipped: list[tuple[int, int]] = field(default_factory=list)  # logged gap ranges, sorted
@@ -73,15 +73,15 @@ class StreamState:
         """The state a pass starts a stream from: its watermark as the walk emitted it (empty for a stream
         the view never saw) and its logged gap ranges in seq order, a list of its own (the walk appends)."""
         return cls.watermarked(watermark.get("stream_type"), watermark.get("last_seq"), watermark.get("blocked_at"),
-                               watermark.get("blocked_since_us"), watermark.get("parked"), watermark.get("attempts"),
+                               watermark.get("blocked_since"), watermark.get("parked"), watermark.get("attempts"),
                                skipped, first_seq)
 
     @classmethod
     def watermarked(cls, stream_type: str | None, last_seq: int | None, blocked_at: int | None,
-                    blocked_since_us: int | None, parked: bool | None, attempts: int | None,
+                    blocked_since: int | None, parked: bool | None, attempts: int | None,
                     skipped: list[tuple[int, int]], first_seq: int) -> "StreamState":
         """`loaded`, from the watermark's fields (`last_seq` None: a stream the view never saw)."""
-        return cls(stream_type, first_seq - 1 if last_seq is None else last_seq, blocked_at, blocked_since_us,
+        return cls(stream_type, first_seq - 1 if last_seq is None else last_seq, blocked_at, blocked_since,
                    bool(parked), attempts or 0, skipped)
 
 
@@ -216,11 +216,11 @@ class StreamWalk:
                 nxt += 1
                 continue
             if not pending:
-                state.blocked_at = state.blocked_since_us = None
+                state.blocked_at = state.blocked_since = None
                 break
             if state.blocked_at != nxt:
-                state.blocked_at, state.blocked_since_us = nxt, entry.t_us
-            waited = entry.t_us - state.blocked_since_us
+                state.blocked_at, state.blocked_since = nxt, entry.t_us
+            waited = entry.t_us - state.blocked_since
             if waited >= gap_timeout_us:
                 reason = "timeout"
             elif len(pending) > max_pending:
@@ -230,7 +230,7 @@ class StreamWalk:
             nxt = self._skip_gap(entry, nxt, reason, waited)
         state.last_seq = nxt - 1
         if state.parked:
-            state.blocked_at = state.blocked_since_us = None
+            state.blocked_at = state.blocked_since = None
         else:
             state.attempts = 0
         for outcome, n in done.items():
@@ -270,7 +270,7 @@ class StreamWalk:
         name, stream_id, state, pending, out, last_entry = (self.name, self.stream_id, self.state, self.pending,
                                                             self.out, self.last_entry)
         out.watermarks.append(WatermarkRecord(name, stream_id, last_entry, state.stream_type, state.last_seq,
-                                              state.blocked_at, state.blocked_since_us, state.parked, len(pending),
+                                              state.blocked_at, state.blocked_since, state.parked, len(pending),
                                               state.attempts))
         if pending:
             out.pending.extend(PendingRecord(name, stream_id, msg) for msg in sorted(pending.values()))

@@ -9,7 +9,6 @@ rows travel in the table's own column types (one struct column per view table, n
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any, Iterable, Iterator, NamedTuple
@@ -18,9 +17,9 @@ import pyarrow as pa
 
 from pipelines.message import Message
 from pipelines.columns import decimal_precision_scale
+from pipelines.records import UTC_MICROS, WATERMARK_STATE, Micros, WatermarkRecord, arrow_columns
 from pipelines.view import Table, View
 
-UTC_MICROS = pa.timestamp("us", tz="UTC")  # TIMESTAMPTZ: DuckDB's, Spark's (session time zone UTC) and Parquet's
 _ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(),
                 "BOOLEAN": pa.bool_(), "DATE": pa.date32(), "TIMESTAMPTZ": UTC_MICROS}
 
@@ -67,28 +66,6 @@ class OutputKind(StrEnum):
     FATAL = "fatal"  # a handler bug of an on_bug="fail" view: the pass must not be committed
 
 
-class WatermarkRecord(NamedTuple):
-    """A walked (view, stream)'s state after the pass; `entry_idx` is the last entry that walked it."""
-
-    view: str
-    stream_id: str
-    entry_idx: int
-    stream_type: str | None
-    last_seq: int
-    blocked_at: int | None
-    blocked_since_us: int | None
-    parked: bool
-    pending_count: int
-    attempts: int
-
-    def state(self) -> dict:
-        """The fields a stream's state starts from (`StreamState.loaded`), as the commit keeps them."""
-        return {name: getattr(self, name) for name in _STATE_FIELDS}
-
-
-_STATE_FIELDS = WatermarkRecord._fields[3:]
-
-
 class PendingRecord(NamedTuple):
     view: str
     stream_id: str
@@ -105,7 +82,7 @@ class ErrorRecord(NamedTuple):
     kind: str
     msg: Message
     reason: str
-    logged_at_us: int
+    logged_at: Micros
     exception_type: str | None = None
     message: str | None = None
     traceback: str | None = None
@@ -114,11 +91,11 @@ class ErrorRecord(NamedTuple):
 
     def details(self) -> dict:
         """The error's own fields (the message aside) under their column names, times in microseconds."""
-        fields = _HANDLER_ERROR_FIELDS if self.kind == "handler_error" else ("reason", "logged_at_us")
+        fields = ERROR_DETAILS if self.kind == "handler_error" else ERROR_DETAILS[:2]
         return {name: getattr(self, name) for name in fields}
 
 
-_HANDLER_ERROR_FIELDS = ErrorRecord._fields[5:]
+ERROR_DETAILS = ErrorRecord._fields[5:]  # an error's own columns: its reason and time, then a handler error's
 
 
 class GapRecord(NamedTuple):
@@ -130,7 +107,7 @@ class GapRecord(NamedTuple):
     last_missing: int
     waited_us: int
     batch_id: str  # the entry whose walk skipped it
-    skipped_at_us: int
+    skipped_at: Micros
 
 
 class RowsRecord(NamedTuple):
@@ -205,22 +182,16 @@ class PassOutput:
 # - WALKED, PENDING and NEW: the message's fields (MESSAGE_SCHEMA's), NEW its `views` too.
 
 
-# A message's columns, named after the fields of `Message` (its entry_idx as msg_entry_idx: a record's
-# own entry_idx is the entry that wrote it). Pending messages, errors and fatal records fill them.
-MESSAGE_COLUMNS = [("msg_entry_idx" if name == "entry_idx" else name, pa.int64() if hint is int else pa.string())
-                   for name, hint in typing.get_type_hints(Message).items()]
+# A message's columns are its fields, its entry_idx as msg_entry_idx (a record's own entry_idx is the entry
+# that wrote it). Pending messages, errors and fatal records fill them.
+MESSAGE_IN_PASS = {"entry_idx": "msg_entry_idx"}
 _RECORD_COLUMNS = [("kind", pa.string()), ("view", pa.string()), ("stream_id", pa.string()),
                    ("entry_idx", pa.int64()), ("name", pa.string()), ("n", pa.int64())]
+GAP_FIELDS = ("first_missing", "last_missing", "waited_us", "skipped_at")  # batch_id is the message's column
 # a watermark's stream_type is the message column of that name
-WATERMARK_COLUMNS = [("last_seq", pa.int64()), ("blocked_at", pa.int64()), ("blocked_since", UTC_MICROS),
-                     ("parked", pa.bool_()), ("pending_count", pa.int64()), ("attempts", pa.int64())]
-ERROR_COLUMNS = [("reason", pa.string()), ("exception_type", pa.string()), ("message", pa.string()),
-                 ("traceback", pa.string()), ("logged_at", UTC_MICROS), ("error_class", pa.string()),
-                 ("attempt", pa.int64())]
-# a gap's batch_id (the entry that skipped it) is the message column of that name
-GAP_COLUMNS = [("first_missing", pa.int64()), ("last_missing", pa.int64()), ("waited_us", pa.int64()),
-               ("skipped_at", UTC_MICROS)]
-_ENGINE_OUTPUT = pa.schema(_RECORD_COLUMNS + MESSAGE_COLUMNS + WATERMARK_COLUMNS + ERROR_COLUMNS + GAP_COLUMNS)
+_ENGINE_OUTPUT = pa.schema(_RECORD_COLUMNS + arrow_columns(Message, Message._fields, MESSAGE_IN_PASS)
+                           + arrow_columns(WatermarkRecord, WATERMARK_STATE[1:])
+                           + arrow_columns(ErrorRecord, ERROR_DETAILS) + arrow_columns(GapRecord, GAP_FIELDS))
 
 
 def view_row_fields(views: Iterable[View]) -> list[pa.Field]:
@@ -239,7 +210,12 @@ def _batch(schema: pa.Schema, length: int, columns: dict[str, Any]) -> pa.Record
 
 
 def _message_columns(messages: list[Message]) -> dict[str, list]:
-    return {name: list(values) for (name, _), values in zip(MESSAGE_COLUMNS, zip(*messages))}
+    return {MESSAGE_IN_PASS.get(name, name): list(values) for name, values in zip(Message._fields, zip(*messages))}
+
+
+def _fields(records: list[NamedTuple]) -> dict[str, tuple]:
+    """`records`' values by field name."""
+    return dict(zip(records[0]._fields, zip(*records)))
 
 
 def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dict[str, list[dict]]] | None = None,
@@ -248,28 +224,22 @@ def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dic
     (given) its counts, the partition's `metrics` and aggregate partial sums (view -> table
     -> rows)."""
     if out.watermarks:
-        # named, not by position; the commit's column is `blocked_since` (the contract's name)
-        columns = dict(zip(WatermarkRecord._fields, zip(*out.watermarks)))
-        columns["blocked_since"] = columns.pop("blocked_since_us")
         kinds = [OutputKind.WATERMARK.value] * len(out.watermarks)
-        yield _batch(schema, len(out.watermarks), {"kind": kinds, **columns})
+        yield _batch(schema, len(out.watermarks), {"kind": kinds, **_fields(out.watermarks)})
     if out.pending:
         views, streams, messages = zip(*out.pending)
         yield _batch(schema, len(messages), {
             "kind": [OutputKind.PENDING.value] * len(messages), "view": views, "stream_id": streams,
             "entry_idx": [m.entry_idx for m in messages], **_message_columns(list(messages))})
     if out.errors:
-        e = list(zip(*out.errors))
-        yield _batch(schema, len(out.errors), {
-            "kind": [OutputKind.ERROR.value] * len(out.errors), "view": e[0], "stream_id": e[1], "entry_idx": e[2],
-            "name": e[3], **_message_columns(list(e[4])), "reason": e[5], "logged_at": e[6], "exception_type": e[7],
-            "message": e[8], "traceback": e[9], "error_class": e[10], "attempt": e[11]})
+        columns = _fields(out.errors)  # the error's kind goes in `name`, its message in the message's columns
+        name, messages = columns.pop("kind"), _message_columns(list(columns.pop("msg")))
+        yield _batch(schema, len(out.errors), {**columns, **messages, "name": name,
+                                               "kind": [OutputKind.ERROR.value] * len(out.errors)})
     if out.gaps:
-        g = list(zip(*out.gaps))
-        yield _batch(schema, len(out.gaps), {
-            "kind": [OutputKind.GAP.value] * len(out.gaps), "view": g[0], "stream_id": g[1], "entry_idx": g[2],
-            "name": g[3], "first_missing": g[4], "last_missing": g[5], "waited_us": g[6], "batch_id": g[7],
-            "skipped_at": g[8]})
+        columns = _fields(out.gaps)  # the gap's reason goes in `name`
+        name = columns.pop("reason")
+        yield _batch(schema, len(out.gaps), {**columns, "name": name, "kind": [OutputKind.GAP.value] * len(out.gaps)})
     by_table: dict[tuple[str, str], list[RowsRecord]] = {}
     for record in out.rows:
         by_table.setdefault((record.view, record.table), []).append(record)

@@ -15,13 +15,13 @@ from typing import Iterable, Iterator, Mapping
 from pipelines.engine.outcomes import OUTCOME_COLUMNS
 
 
-def buffer_is_due(pending_count: int, parked: bool, blocked_since_us: int | None, gap_timeout_us: int,
+def buffer_is_due(pending_count: int, parked: bool, blocked_since: int | None, gap_timeout_us: int,
                   max_pending: int, t_us: int) -> bool:
     """A buffered stream a pass at logical time `t_us` walks with no new message: it holds messages, is
     not parked, and is not blocked, or its gap timer is due, or its buffer is over `max_pending` (the
     others would walk to the state they have)."""
     return pending_count > 0 and not parked and (
-        blocked_since_us is None or blocked_since_us + gap_timeout_us <= t_us or pending_count > max_pending)
+        blocked_since is None or blocked_since + gap_timeout_us <= t_us or pending_count > max_pending)
 
 
 def running_pending(before: int, entry_counts: Iterable[Mapping[str, int]]) -> Iterator[int]:

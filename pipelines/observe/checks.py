@@ -25,6 +25,7 @@ from pipelines.observe.markdown import markdown_table
 from pipelines.serve.publish import read_positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types
 from pipelines.observe.status import read_status
+from pipelines.records import select
 from pipelines.store.database import Store
 from pipelines.view import Thresholds, View
 
@@ -111,7 +112,7 @@ def last_applied(con: duckdb.DuckDBPyConnection, archived: Callable[[int], Path]
         return {}
     rows = con.execute(f"""
         WITH first_copy AS (
-            SELECT a.stream_id, a.seq, a.event_type, a.batch_id, a.line FROM read_parquet(?) a
+            SELECT a.stream_id, {select('a', Applied._fields)} FROM read_parquet(?) a
             {walked.format(s='a')} AND a.seq <= w.last_seq
             WHERE a.stream_type IN (SELECT unnest(?::VARCHAR[]))
             QUALIFY row_number() OVER (PARTITION BY a.stream_id, a.seq ORDER BY a.entry_idx, a.line) = 1)
@@ -124,7 +125,7 @@ def last_applied(con: duckdb.DuckDBPyConnection, archived: Callable[[int], Path]
         QUALIFY row_number() OVER (PARTITION BY f.stream_id ORDER BY f.seq DESC) = 1""",
         [files, view.name, list(stream_ids), list(view.subscribes), list(view.handlers), view.name,
          view.name]).fetchall()
-    return {stream: Applied(seq, event_type, batch_id, line) for stream, seq, event_type, batch_id, line in rows}
+    return {stream: Applied(*applied) for stream, *applied in rows}
 
 
 FAILING_ROWS_HEADER = ("table", "expectation", "row (keys)", "stream", "its newest applied message")

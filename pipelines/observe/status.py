@@ -10,6 +10,7 @@ import duckdb
 
 from pipelines.store.layout import Layout
 from pipelines.observe.markdown import markdown_table
+from pipelines.records import select
 from pipelines.serve.publish import Positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
 from pipelines.store.database import Home, Store, us_from_utc
@@ -178,8 +179,8 @@ def read_errors(con: duckdb.DuckDBPyConnection, view: str | None = None, kind: s
         "SELECT count(*) FILTER (WHERE superseded_by IS NULL), count(superseded_by) "
         f"FROM inorder.errors WHERE {where}", params).fetchone()
     rows = con.execute(
-        "SELECT error_id, kind, error_class, view, stream_id, seq, event_type, batch_id, line, logged_at, "
-        f"coalesce(reason, message, ''), superseded_by FROM inorder.errors WHERE {where} "
+        f"SELECT {select('e', ErrorRow._fields[:-2])}, coalesce(e.reason, e.message, '') AS reason, e.superseded_by "
+        f"FROM inorder.errors e WHERE {where} "
         "AND (? OR superseded_by IS NULL) ORDER BY error_id DESC LIMIT ?", [*params, superseded, limit]).fetchall()
     return ErrorLog(counting + hidden if superseded else counting, [ErrorRow(*row) for row in rows], hidden)
 
@@ -292,9 +293,12 @@ class ActedOn(NamedTuple):
         return self.parked and self.last_seq == self.parked_at
 
 
+_ACTED_ON = {"pending": "pending_count", "parked_at": "prev_last_seq"}  # ActedOn's fields' columns
+
+
 def acted_on(con: duckdb.DuckDBPyConnection, view: str, streams: Sequence[str]) -> list[ActedOn]:
     return [ActedOn(*row) for row in con.execute(
-        "SELECT stream_id, parked, last_seq, attempts, pending_count, prev_last_seq FROM inorder.watermarks "
+        f"SELECT {select('w', ActedOn._fields, source=_ACTED_ON)} FROM inorder.watermarks w "
         "WHERE view = ? AND list_contains(?, stream_id) ORDER BY stream_id", [view, list(streams)]).fetchall()]
 
 

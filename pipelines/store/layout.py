@@ -11,6 +11,8 @@ from typing import Any, Iterator, NamedTuple
 import duckdb
 
 from pipelines.faults import crash_point
+from pipelines.message import Message
+from pipelines.records import STORED_WATERMARK, WatermarkRecord, ddl_columns
 
 # The log of what arrived: shared by the live views and by a rebuild's shadow.
 INGEST_DDL = """
@@ -45,14 +47,8 @@ CREATE TABLE IF NOT EXISTS inorder.ingest_seq_ranges (
 # its own for a view being rebuilt (its shadow; error ids come from the one sequence, so they stay unique).
 _STATE_DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
-CREATE TABLE IF NOT EXISTS {schema}.watermarks (
-    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, stream_type VARCHAR, last_seq BIGINT NOT NULL,
-    blocked_at BIGINT, blocked_since TIMESTAMPTZ, parked BOOLEAN NOT NULL DEFAULT false,
-    pending_count BIGINT NOT NULL DEFAULT 0, updated_entry BIGINT, prev_last_seq BIGINT);
-CREATE TABLE IF NOT EXISTS {schema}.pending (
-    view VARCHAR NOT NULL, stream_id VARCHAR NOT NULL, seq BIGINT NOT NULL, stream_type VARCHAR,
-    event_type VARCHAR, payload VARCHAR, occurred_at VARCHAR, event_id VARCHAR, batch_id VARCHAR,
-    line BIGINT, entry_idx BIGINT);
+CREATE TABLE IF NOT EXISTS {schema}.watermarks ({watermarks});
+CREATE TABLE IF NOT EXISTS {schema}.pending ({pending});
 {logs}CREATE TABLE IF NOT EXISTS {schema}.batches (
     batch_id VARCHAR NOT NULL, view VARCHAR NOT NULL, entry_idx BIGINT NOT NULL, kind VARCHAR NOT NULL,
     received_at TIMESTAMPTZ NOT NULL, records BIGINT, malformed BIGINT, normalised BIGINT,
@@ -61,7 +57,8 @@ CREATE TABLE IF NOT EXISTS {schema}.pending (
     committed_at TIMESTAMPTZ,
     pending_now BIGINT GENERATED ALWAYS AS (pending) VIRTUAL,  -- the name CONCEPTS §3 uses
     PRIMARY KEY (batch_id, view));
--- added later (stores made before it get it on open): a parked message's failed attempts so far
+-- added later (stores made before it get it on open): a parked message's failed attempts so far (its column
+-- comes last there, and where a new store has it: the engine reads and writes the state tables by name)
 ALTER TABLE {schema}.watermarks ADD COLUMN IF NOT EXISTS attempts BIGINT DEFAULT 0;
 -- which code built each view's rows (pipelines/store/versions.py)
 CREATE TABLE IF NOT EXISTS {schema}.view_versions (
@@ -151,7 +148,14 @@ def log_ddl(table: str, columns: tuple[LogColumn, ...]) -> str:
                       for c in columns if c.added)])
 
 
-STATE_DDL = _STATE_DDL.replace("{logs}", "".join(log_ddl(t, c) for t, c in LOG_COLUMNS.items()))
+# a walked stream's watermark (its prev_last_seq: the last_seq it moved from) and a buffered message, as stored
+_WATERMARKS = [*ddl_columns(WatermarkRecord, WatermarkRecord._fields, {
+    "view": "NOT NULL", "stream_id": "NOT NULL", "last_seq": "NOT NULL", "parked": "NOT NULL DEFAULT false",
+    "pending_count": "NOT NULL DEFAULT 0", "attempts": "DEFAULT 0"}, STORED_WATERMARK), "prev_last_seq BIGINT"]
+_PENDING = ["view VARCHAR NOT NULL", "stream_id VARCHAR NOT NULL", *ddl_columns(Message, Message._fields,
+                                                                               {"seq": "NOT NULL"})]
+STATE_DDL = (_STATE_DDL.replace("{logs}", "".join(log_ddl(t, c) for t, c in LOG_COLUMNS.items()))
+             .replace("{watermarks}", ", ".join(_WATERMARKS)).replace("{pending}", ", ".join(_PENDING)))
 KEYLESS_STATE_TABLES = ("watermarks", "pending")  # with a PRIMARY KEY in stores made before
 STATE_TABLES = ("watermarks", "pending", "errors", "gaps", "batches", "view_versions")
 ENGINE_DDL = INGEST_DDL + STATE_DDL.format(schema="inorder")

@@ -12,7 +12,8 @@ import pytest
 
 from pipelines.engine import output, spark_pass
 from pipelines.message import Message
-from pipelines.engine.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, PendingRecord, WatermarkRecord, output_batches,
+from pipelines.records import WatermarkRecord
+from pipelines.engine.pass_data import (SUMMARY_COLUMNS, Metric, PassOutput, PendingRecord, output_batches,
                                  output_schema)
 from pipelines.registry import load_views
 from pipelines.facade import run

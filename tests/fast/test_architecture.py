@@ -4,14 +4,21 @@ imports itself back through others, and no module's name shadows the standard li
 from __future__ import annotations
 
 import ast
+import io
+import re
 import sys
+import tokenize
 from pathlib import Path
+
+from pipelines.message import Message
+from pipelines.records import STORED_WATERMARK, WATERMARK_STATE
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipelines"
 # bottom first: a module may import its own room and the rooms before it (docs/ARCHITECTURE.md)
 LAYERS = (
-    ("pipelines.faults", "pipelines.config", "pipelines.message", "pipelines.columns", "pipelines.events", "pipelines.view"),
+    ("pipelines.faults", "pipelines.config", "pipelines.message", "pipelines.records", "pipelines.columns",
+     "pipelines.events", "pipelines.view"),
     ("pipelines.store",),
     ("pipelines.registry",),
     ("pipelines.spark",),
@@ -123,3 +130,61 @@ def test_the_walk_imports_neither_the_store_nor_duckdb():
             todo.extend(d for d in edges.get(module, ()) if d in known)
     assert sorted(m for m in reached if m.startswith("pipelines.store")) == []
     assert sorted(m for m in reached if "duckdb" in _top_level_imports(known[m])) == []
+
+
+# a message's and a watermark's columns, as SQL names them (view and stream_id aside: every engine table's key)
+RECORD_COLUMNS = {"message": set(Message._fields),
+                  "watermark": {*WATERMARK_STATE, *STORED_WATERMARK.values(), "prev_last_seq"}}
+_SQL = re.compile(r"\b(SELECT|INSERT|CREATE|FROM)\b")
+_NAME = re.compile(r'(?:[\w{}]+\.)?"?([A-Za-z_]\w*)"?')
+
+
+def hand_listed_columns(source: str) -> list[str]:
+    """The SQL string literals of `source` that list three or more of one record's columns in a row: a list
+    item names a column by its first word (`seq BIGINT NOT NULL`) or its last (`SELECT o.seq`, `x AS seq`)."""
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type != tokenize.STRING or not _SQL.search(token.string):
+            continue
+        items = [[m.group(1) for m in _NAME.finditer(item)] for item in token.string.split(",")]
+        for record, columns in RECORD_COLUMNS.items():
+            streak = []
+            for item, names in zip(token.string.split(","), items):
+                # a column, typed or aliased; not a clause that ends in one, nor a function of one
+                short = 0 < len(names) <= 4 and not re.search(r"\w\(", item)
+                streak = streak + [item.strip()] if short and {names[0], names[-1]} & columns else []
+                if len(streak) == 3:
+                    found.append(f"{record}: {', '.join(streak)}")
+    return found
+
+
+def test_no_sql_in_pipelines_lists_a_message_or_a_watermark_by_hand():
+    """Their columns come from their declarations (pipelines/records.py: `select`, `ddl_columns`)."""
+    listed = {path.relative_to(ROOT).as_posix(): hand_listed_columns(path.read_text())
+              for path in PACKAGE.rglob("*.py")}
+    assert {path: runs for path, runs in listed.items() if runs} == {}
+
+
+def test_a_hand_listed_column_run_is_found():
+    source = ('sql = f"SELECT {p}.view, {p}.seq, {p}.batch_id, {p}.payload FROM t"\n'
+              'ddl = """CREATE TABLE w (view VARCHAR, last_seq BIGINT, blocked_at BIGINT,\n parked BOOLEAN)"""\n'
+              'insert = \'INSERT INTO w (view, "last_seq", parked) SELECT o.seq, o.line, x AS event_id\'\n'
+              'python = (state.last_seq, state.parked, state.attempts)\n'
+              'doc = "the seq, line, payload"\n')
+    assert hand_listed_columns(source) == [
+        "message: {p}.seq, {p}.batch_id, {p}.payload FROM t\"", "watermark: last_seq BIGINT, blocked_at BIGINT, "
+        "parked BOOLEAN)\"\"\"", "message: parked) SELECT o.seq, o.line, x AS event_id'"]
+
+
+def test_the_log_tables_hold_the_records_the_pass_writes_in_their_types():
+    """inorder.errors and inorder.gaps are declared for the store and the Dagster assets (LogColumn, with what
+    each column holds); the pass's error and gap records carry the same columns in the same types."""
+    from pipelines.engine.commit import LOGGED_MESSAGE
+    from pipelines.engine.pass_data import ERROR_DETAILS, ErrorRecord, GapRecord
+    from pipelines.records import ddl_columns
+    from pipelines.store.layout import ERRORS_COLUMNS, GAPS_COLUMNS
+
+    gap = ("first_missing", "last_missing", "skipped_at", "batch_id")  # waited_us is stored as waited_seconds
+    written = {*ddl_columns(ErrorRecord, ERROR_DETAILS, {}), *ddl_columns(GapRecord, gap, {}),
+               *ddl_columns(Message, LOGGED_MESSAGE, {})}
+    assert written - {f"{c.name} {c.sql_type}" for c in ERRORS_COLUMNS + GAPS_COLUMNS} == set()
