@@ -147,13 +147,14 @@ def _source_of(name: str, spec: Any) -> str | None:
     return name if source is None else source
 
 
-def _imported_names(source: str, package: str) -> list[str]:
+@functools.lru_cache(maxsize=512)  # a store's every open compares each view: parse each source text once
+def _imported_names(source: str, package: str) -> tuple[str, ...]:
     """What `source` imports (`import a.b`, `from a import b`, `from .b import c`): modules, or names in them,
     which `_source_of` tells apart."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []
+        return ()
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -162,7 +163,7 @@ def _imported_names(source: str, package: str) -> list[str]:
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level \
                 else node.module or ""
             found += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
-    return [n for n in found if n]
+    return tuple(n for n in found if n)
 
 
 def code_parts(view: View) -> dict[str, str]:
