@@ -41,29 +41,26 @@ WATERMARK_STATE = WatermarkRecord._fields[3:]  # what the store keeps of a strea
 STORED_WATERMARK = {"entry_idx": "updated_entry"}  # the store's name of a watermark field, where it differs
 
 
-def _types(record: type) -> dict[str, type]:
-    """Each field's Python type, `None` dropped from an optional one."""
+def _columns(record: type, names: typing.Iterable[str], rename: dict[str, str] | None) -> list[tuple[str, tuple]]:
+    """`record`'s fields `names`, each under its `rename`d name where given, with its (Arrow, SQL) types: its
+    Python type's, `None` dropped from an optional one."""
     hints = typing.get_type_hints(record)
-    return {name: next(t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))
-            for name in record._fields}
+    return [((rename or {}).get(name, name),
+             _TYPES[next(t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))])
+            for name in names]
 
 
 def arrow_columns(record: type, names: typing.Iterable[str], rename: dict[str, str] | None = None
                   ) -> list[tuple[str, pa.DataType]]:
     """`record`'s fields `names` as Arrow columns, under their `rename`d names where given."""
-    types = _types(record)
-    return [((rename or {}).get(name, name), _TYPES[types[name]][0]) for name in names]
+    return [(name, arrow) for name, (arrow, _) in _columns(record, names, rename)]
 
 
 def ddl_columns(record: type, names: typing.Iterable[str], clauses: dict[str, str],
                 rename: dict[str, str] | None = None) -> list[str]:
     """`record`'s fields `names` as column definitions of a CREATE TABLE, each with its `clauses` (NOT NULL…)."""
-    types = _types(record)
-    columns = []
-    for name in names:
-        stored = (rename or {}).get(name, name)
-        columns.append(" ".join(filter(None, (stored, _TYPES[types[name]][1], clauses.get(stored, "")))))
-    return columns
+    return [" ".join(filter(None, (name, sql, clauses.get(name, "")))) for name, (_, sql) in
+            _columns(record, names, rename)]
 
 
 def select(alias: str, names: typing.Iterable[str], source: dict[str, str] | None = None,

@@ -208,10 +208,6 @@ class Table(Generic[H]):
     def key_set(self) -> frozenset[str]:
         return frozenset(self.primary_key)
 
-    @cached_property
-    def value_column_set(self) -> frozenset[str]:
-        return frozenset(self.value_columns)
-
     @property
     def value_columns(self) -> tuple[str, ...]:
         return tuple(c for c in self.columns if c not in self.primary_key)
