@@ -2,7 +2,8 @@
 
 They set how many examples the tests draw that do not fix their own number: the fast model tests
 (tests/fast/test_model_vs_replay.py). `make mutation` runs each mutant under `mutation`, where the
-property tests that do fix theirs draw a tenth (`examples`)."""
+property tests that do fix theirs draw a tenth (`examples`). The engine's model properties through Spark
+(`spark_examples`) draw half their number in CI and five times it nightly."""
 
 from __future__ import annotations
 
@@ -23,3 +24,10 @@ settings.load_profile(PROFILE)
 def examples(n: int) -> int:
     """`n` examples, or a tenth of them (at least 30) for each mutant of `make mutation`."""
     return max(n // 10, 30) if PROFILE == "mutation" else n
+
+
+def spark_examples(n: int) -> int:
+    """`n` examples of a model property through Spark, each several engine runs of seconds each: half of them
+    (at least 3) in CI, whose profile draws the same examples every time, and five times `n` nightly, which
+    draws new ones (docs/TESTING.md)."""
+    return {"ci": max(n // 2, 3), "nightly": n * 5}.get(PROFILE, n)

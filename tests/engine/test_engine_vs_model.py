@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 from tests.builders import T0, batch, dep, opened, wd
 from tests.harness import assert_same_store, fresh_home, read_store, run_entries
 from tests.holds_views import DELETES_STORED_ROWS, HOLDS
+from tests.profiles import spark_examples
 from tests.reference_model import Entry, run_model
 from tests.strategies import resplit, scenarios
 from tests.domains import BANK_VIEWS, SHOP_VIEWS
 from tests.shop_strategies import shop_scenarios
 from views import accounts as accounts_view
 
-SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=spark_examples(20), deadline=None, suppress_health_check=list(HealthCheck))
 PARKING = dataclasses.replace(accounts_view.VIEW, on_error="park", max_pending=6)
 VIEW_TABLES = ("accounts", "account_activity", "daily_totals")
 
@@ -39,7 +40,7 @@ def test_engine_matches_reference_model(spark, entries):
     assert_same_store(engine_store(spark, views, entries), run_model(entries, views))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=spark_examples(12), deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=shop_scenarios(max_streams=4, max_events=30))
 def test_engine_matches_reference_model_on_the_shop(spark, entries):
     """The second domain: order and customer streams, a view on both, every column type and table kind."""
@@ -61,7 +62,7 @@ WITH_PARKING = [PARKING, *(v for v in BANK_VIEWS if v.name != PARKING.name), HOL
 
 
 # tests/cli/test_warm_server.py runs this module's operator tests again on a warm server
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=spark_examples(8), deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=scenarios(max_streams=2, max_events=20), data=st.data())
 def test_parking_view_with_operator_actions_matches_model(spark, entries, data):
     """on_error = park on one view beside the others, a small max_pending, and operator retry/skip entries on
@@ -110,7 +111,7 @@ def _numbered(entries: list[Entry]) -> list[Entry]:
     return numbered
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=spark_examples(5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_batch_split_invariance_in_the_engine(spark, data):
     """With gaps filled before they time out, any split and order of the same messages gives the same views."""

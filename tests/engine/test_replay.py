@@ -13,13 +13,14 @@ from tests.domains import BANK_VIEWS
 from tests.harness import fresh_home, read_store, run_entries
 from tests.reference_model import Entry, _plain
 from tests.strategies import T0, scenario_lines
+from tests.profiles import spark_examples
 
 
 def _error_key(e: dict) -> tuple:
     return e["kind"], e["stream_id"], e["seq"], e["batch_id"], e["line"], e.get("error_class"), e.get("attempt")
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=spark_examples(10), deadline=None, suppress_health_check=list(HealthCheck))
 @given(lines=scenario_lines(max_streams=3, max_events=25))
 def test_replay_agrees_with_the_engine(spark, lines):
     with tempfile.TemporaryDirectory() as tmp:

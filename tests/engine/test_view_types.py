@@ -19,6 +19,7 @@ from tests.harness import fresh_home, read_store, run_entries
 from tests.helpdesk_views import HELPDESK
 from tests.reference_model import Entry, _plain
 from tests.strategies import T0, batches_of
+from tests.profiles import spark_examples
 
 START = datetime(2026, 3, 1, 22, 0, tzinfo=timezone.utc)
 OFFSETS = ("Z", "+00:00", "+05:30", "-08:00")
@@ -97,7 +98,7 @@ def _plain_tables(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return {name: [{c: _plain(v) for c, v in row.items()} for row in rows] for name, rows in tables.items()}
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=spark_examples(6), deadline=None, suppress_health_check=list(HealthCheck))
 @given(records=ticket_histories(), data=st.data())
 def test_every_column_type_survives_any_split_into_runs(spark, records, data):
     lines = [json.dumps(r) for r in records]
