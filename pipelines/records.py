@@ -38,6 +38,8 @@ class WatermarkRecord(NamedTuple):
 
 
 WATERMARK_STATE = WatermarkRecord._fields[3:]  # what the store keeps of a stream's walk, beside its key
+# what a pass loads of it: the walk counts the buffer it is given itself
+LOADED_STATE = tuple(name for name in WATERMARK_STATE if name != "pending_count")
 STORED_WATERMARK = {"entry_idx": "updated_entry"}  # the store's name of a watermark field, where it differs
 
 

@@ -16,7 +16,7 @@ from pipelines.engine.outcomes import EntryKind
 from pipelines.engine.pass_data import InputKind, row_column
 from pipelines.engine.planning import PassPlan
 from pipelines.message import Message
-from pipelines.records import WATERMARK_STATE, select
+from pipelines.records import LOADED_STATE, select
 from pipelines.engine.routing import subscriptions
 from pipelines.store.database import Home, Store
 from pipelines.store.layout import LIVE, Layout
@@ -130,7 +130,7 @@ def _find_watermarks_and_gaps(con, layout: Layout) -> None:
     read once for all views (`_touched_rows`)."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_watermarks AS
-        SELECT w.view, w.stream_id, {select("w", WATERMARK_STATE)}
+        SELECT w.view, w.stream_id, {select("w", LOADED_STATE)}
         FROM {_touched_rows(f"{layout.state}.watermarks", "w", BY_PAIR)}""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE pass_skipped AS
@@ -228,7 +228,7 @@ def _state_sql(view: View, layout: Layout) -> str:
         present.append(f" OR {rows}.stream_id IS NOT NULL")
     return f"""
         SELECT s.view, s.stream_id, {int(InputKind.STATE)}::INTEGER AS rec_type, 0::BIGINT AS entry_idx,
-               0::BIGINT AS line, {select("w", WATERMARK_STATE)}, g.skipped{''.join(columns)}
+               0::BIGINT AS line, {select("w", LOADED_STATE)}, g.skipped{''.join(columns)}
         FROM pass_streams s
         LEFT JOIN pass_watermarks w ON w.view = s.view AND w.stream_id = s.stream_id
         LEFT JOIN pass_skipped g ON g.view = s.view AND g.stream_id = s.stream_id
