@@ -2,7 +2,7 @@
 pipelines/message.py), a walked stream's watermark (`WatermarkRecord`, here), an error and a gap
 (pipelines/engine/pass_data.py). Their fields' Python types give the Arrow types of the pass's files
 (`arrow_columns`) and the SQL types of the store's tables (`ddl_columns`), and the engine's SQL names their
-columns through `select` (tests/fast/test_records.py: no SQL in pipelines/ spells them by hand)."""
+columns through `select` (tests/fast/test_architecture.py: no SQL in pipelines/ spells them by hand)."""
 
 from __future__ import annotations
 

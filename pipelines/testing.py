@@ -258,10 +258,10 @@ class Replay:
         self.entries, self.last_us = entry.entry_idx, entry.t_us
         self.errors.extend(malformed)
         for error in out.errors:
-            msg = error.msg
+            msg, details = error.msg, error.details()
+            details["logged_at_us"] = details.pop("logged_at")  # the kit's name since 0.1.0
             self.errors.append({"kind": error.kind, "stream_id": error.stream_id, "seq": msg.seq,
-                                "message": error.message or error.reason, **error.details(),
-                                "logged_at_us": error.logged_at,  # the kit's name since 0.1.0, beside the store's
+                                "message": error.message or error.reason, **details,
                                 "event_type": msg.event_type, "batch_id": msg.batch_id, "line": msg.line})
         for gap in out.gaps:
             self.gaps.append({"stream_id": gap.stream_id, "reason": gap.reason, "first_missing": gap.first_missing,

@@ -180,11 +180,11 @@ def test_the_log_tables_hold_the_records_the_pass_writes_in_their_types():
     """inorder.errors and inorder.gaps are declared for the store and the Dagster assets (LogColumn, with what
     each column holds); the pass's error and gap records carry the same columns in the same types."""
     from pipelines.engine.commit import LOGGED_MESSAGE
-    from pipelines.engine.pass_data import ERROR_DETAILS, ErrorRecord, GapRecord
+    from pipelines.engine.pass_data import ERROR_DETAILS, GAP_FIELDS, ErrorRecord, GapRecord
     from pipelines.records import ddl_columns
     from pipelines.store.layout import ERRORS_COLUMNS, GAPS_COLUMNS
 
-    gap = ("first_missing", "last_missing", "skipped_at", "batch_id")  # waited_us is stored as waited_seconds
+    gap = [f for f in GAP_FIELDS if f != "waited_us"] + ["batch_id"]  # waited_us is stored as waited_seconds
     written = {*ddl_columns(ErrorRecord, ERROR_DETAILS, {}), *ddl_columns(GapRecord, gap, {}),
                *ddl_columns(Message, LOGGED_MESSAGE, {})}
     assert written - {f"{c.name} {c.sql_type}" for c in ERRORS_COLUMNS + GAPS_COLUMNS} == set()
