@@ -131,15 +131,18 @@ def _is_own(name: str, roots: set[Path]) -> bool:
 
 
 def _source_of(name: str, spec: Any) -> str | None:
-    """A module's source text, or None when it is no module (a function `from pkg import f` named)."""
+    """A module's source text; its name when it has none (a folder without `__init__.py`, a compiled module); None
+    when it is no module (a function `from pkg import f` named)."""
     if spec is None:
         return None
-    if spec.has_location and spec.origin and spec.origin.endswith(".py"):
+    if spec.origin is None:  # a folder without __init__.py: its loader, set only once imported, would give ''
+        return name
+    if spec.has_location and spec.origin.endswith(".py"):
         try:
             return Path(spec.origin).read_text(encoding="utf-8")
-        except OSError:
-            return name
-    get_source = getattr(spec.loader, "get_source", None)  # a module in a zip, say
+        except OSError:  # a module in a zip: its origin is no file, its loader reads it
+            pass
+    get_source = getattr(spec.loader, "get_source", None)
     try:
         source = get_source(name) if get_source is not None else None
     except (ImportError, OSError):

@@ -322,7 +322,7 @@ def two_folders(tmp_path, monkeypatch):
     yield mine
     for name in [m for m in sys.modules if m.split(".")[0] in ("flat", "pkg", "beside_flat", "beside_pkg", "other_flat",
                                                                   "other_pkg", "helpers", "compiled", "uses_compiled", "deep",
-                                                                  "mixed")]:
+                                                                  "mixed", "uses_zip", "zipped_helper")]:
         del sys.modules[name]
 
 
@@ -363,6 +363,44 @@ def test_a_module_compiled_without_its_source_counts_by_its_name(two_folders):
     importlib.invalidate_caches()
     view = importlib.import_module("uses_compiled").VIEW
     assert own_modules(view)["compiled"] == "compiled"
+
+
+def test_a_folder_without_init_counts_by_its_name_whether_or_not_it_was_imported(two_folders):
+    """Once imported, such a folder's loader gives '' for its source, and before, none: either way, one value, so
+    that a process that imported it and one that did not record one fingerprint."""
+    import importlib
+    import sys
+
+    from pipelines.store.versions import own_modules
+
+    view = importlib.import_module("flat").VIEW
+    imported = own_modules(view)
+    assert "helpers.sub" in sys.modules and imported["helpers.sub"] == "helpers.sub"
+    for name in ("helpers.sub", "helpers.sub.deeper", "helpers.spaced"):
+        sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    assert own_modules(view) == imported
+
+
+def test_a_helper_in_a_zip_counts_by_its_source_and_an_edit_of_it_is_seen(two_folders, monkeypatch):
+    import importlib
+    import zipfile
+
+    from pipelines.store.versions import own_modules
+
+    def zipped(source: str) -> None:
+        with zipfile.ZipFile(two_folders / "lib.zip", "w") as archive:
+            archive.writestr("zipped_helper.py", source)
+
+    zipped("Z = 1\n")
+    monkeypatch.syspath_prepend(str(two_folders / "lib.zip"))
+    _write(two_folders, {"uses_zip.py": HANDLER.format(t="flat", extra="import zipped_helper")})
+    importlib.invalidate_caches()
+    view = importlib.import_module("uses_zip").VIEW
+    assert own_modules(view)["zipped_helper"] == "Z = 1\n"
+    zipped("Z = 2\n")
+    importlib.invalidate_caches()
+    assert own_modules(view)["zipped_helper"] == "Z = 2\n"
 
 
 def test_every_import_statement_of_a_module_counts_not_only_the_last(two_folders):
