@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Callable, Generic, Literal, Mapping, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Mapping, NamedTuple, Protocol, TypeVar
 
 from pipelines.columns import decimal_precision_scale
 # a handler imports them from here: Event, and Reject to refuse a message
@@ -94,7 +94,7 @@ class Column:
 H = TypeVar("H")  # the handle a handler gets for the table (`tables[ORDERS]`): KeyedTable, StreamTable…
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a table is its declaration: hashed as itself, a key of `Tables`
 class Table(Generic[H]):
     """A read-store table of a view. Declare one with the constructor of its kind:
 
@@ -226,16 +226,26 @@ class Table(Generic[H]):
         return f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({pk}))"
 
 
-class Tables:
+class Tables(dict):
     """What a handler receives: each table's handle by its declaration, `tables[ORDERS].row`, which an editor
-    completes from the table's kind (its name works too, `tables["orders"]`)."""
+    completes from the table's kind (its name works too, `tables["orders"]`). A dict of the handles by name, so
+    that a lookup, which handlers make for nearly every message, is no Python call once a declaration is known."""
 
     def __init__(self, members: dict[str, Any]) -> None:
-        self.__dict__.update(members)
+        super().__init__(members)
+        self.__dict__.update(members)  # `tables.orders` too, as views written before `tables[ORDERS]` read them
 
-    def __getitem__(self, table: Table[H] | str) -> H:
-        """A table's handle, by its declaration (typed for editors: `tables[ORDERS].row`) or its name."""
-        return self.__dict__[table if isinstance(table, str) else table.name]
+    if TYPE_CHECKING:  # the handle's type, for editors; at run time dict's own lookup
+        def __getitem__(self, table: Table[H] | str) -> H: ...
+
+    def __missing__(self, table: Table[H] | str) -> H:
+        """A declaration met for the first time (a table is its declaration's object: the view's own, or the one
+        the handler's module holds where the view is a copy, as on an executor): found by name, then kept."""
+        if not isinstance(table, Table):
+            raise KeyError(table)
+        handle = self[table.name]
+        self[table] = handle
+        return handle
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ def partition_input(files: list[Path]):
         .append_column("views", pa.array([routes[t] for t in messages["stream_type"].to_pylist()], pa.string()))
     table = table.sort_by([("stream_id", "ascending"), ("entry_idx", "ascending"), ("line", "ascending")])
     walked = [v for v in views if any(v.name in r.split(",") for r in routes.values() if r)]
+    from pyspark import cloudpickle  # the views as an executor gets them: copies, their handlers' modules its own
+    walked = cloudpickle.loads(cloudpickle.dumps(walked))
     return table, {v.name: v for v in walked}, {v.name: list(entries) for v in walked}
 
 

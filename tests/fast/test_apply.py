@@ -313,3 +313,23 @@ def test_a_payload_that_rounds_past_its_column_is_refused_and_the_stream_goes_on
         (2, "reject", "carry_fees.amount: -99.995 is out of range for DECIMAL(4,2)")]
     assert result.parked == [] and result.watermarks["a1"]["last_seq"] == 3
     assert result.rows(fees) == [{"account_id": "a1", "amount": Decimal("10.00")}]
+
+
+def test_a_table_is_found_by_its_declaration_an_executors_copy_of_it_its_name_and_as_an_attribute():
+    import pickle
+
+    copy, unknown = pickle.loads(pickle.dumps(KEYED)), Table("other", {"k": Column(str)}, ("k",), stream_key="k")
+    view = View(name="lookups", tables=(KEYED, LOG, TOTALS), subscribes=("thing",), on_bug="skip")
+
+    @view.on("Made")
+    def made(event, tables) -> None:
+        assert copy is not KEYED and tables[KEYED] is tables[copy] is tables["things"] is tables.things
+        tables[copy].put({"thing_id": event.stream_id, "n": 7})
+
+    @view.on("Used")
+    def used(event, tables) -> None:
+        tables[unknown].put({"k": event.stream_id})
+
+    result_tables, errors = run(view)
+    assert result_tables["things"] == [{"thing_id": "t1", "n": 7}]
+    assert [(e["seq"], e["error_class"], e["message"]) for e in errors] == [(2, "bug", "'other'")]
