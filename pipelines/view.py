@@ -39,12 +39,17 @@ _TEAM = re.compile(r"^team:[A-Za-z0-9_-]+$")
 _TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 
 
-def DECIMAL(precision: int, scale: int) -> str:  # noqa: N802 - named as the SQL type it stands for
+class SqlType(str):
+    """A column type with no Python class of its own, `INTEGER` or `DECIMAL(p, s)`: its SQL text, made only here,
+    so that a type given as bare SQL text (`Column("VARCHAR")`) is told apart and refused."""
+
+
+def DECIMAL(precision: int, scale: int) -> SqlType:  # noqa: N802 - named as the SQL type it stands for
     """The column type of exact numbers with `precision` digits, `scale` of them after the point."""
-    return f"DECIMAL({precision},{scale})"
+    return SqlType(f"DECIMAL({precision},{scale})")
 
 
-INTEGER = "INTEGER"  # a 32-bit integer column (`int` alone is BIGINT)
+INTEGER = SqlType("INTEGER")  # a 32-bit integer column (`int` alone is BIGINT)
 
 # the column type a Python class stands for in `Column(...)`
 _PYTHON_TYPES = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", date: "DATE",
@@ -71,10 +76,15 @@ class Column:
 
     @property
     def sql_type(self) -> str:
-        sql_type = _PYTHON_TYPES.get(self.type, self.type)
+        if isinstance(self.type, SqlType):
+            return str(self.type)
         if self.type is Decimal:
             raise ValueError("Column(Decimal) needs a precision and scale: Column(DECIMAL(18, 2))")
-        if not isinstance(sql_type, str):
+        if isinstance(self.type, str):
+            raise TypeError(f"Column({self.type!r}): a column's type is a Python class or inorder's own, not SQL "
+                            "text: Column(str), Column(int), Column(INTEGER), Column(DECIMAL(18, 2)), …")
+        sql_type = _PYTHON_TYPES.get(self.type) if isinstance(self.type, type) else None
+        if sql_type is None:
             raise ValueError(f"unsupported column type {self.type!r}: str, int, INTEGER, float, bool, date, "
                              "datetime or DECIMAL(p, s)")
         return sql_type

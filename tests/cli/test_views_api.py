@@ -246,6 +246,9 @@ def test_every_documented_rule_works_alone(rule):
 
 @pytest.mark.parametrize("declare, replacement", [
     (lambda: Table("t", columns={"k": "VARCHAR"}, primary_key=("k",), stream_key="k"), "Column(str)"),
+    (lambda: Table("t", columns={"k": Column("VARCHAR")}, primary_key=("k",), stream_key="k"), "Column(str)"),
+    (lambda: Table("t", columns={"k": Column(str), "n": Column("DECIMAL(18,2)")}, primary_key=("k",), stream_key="k"),
+     "Column(DECIMAL(18, 2))"),
     (lambda: View(name="v", tables=(ACCOUNTS,), subscribes=("a",), handlers={"X": lambda e, t: None}),
      "@VIEW.on(EventClass)"),
 ])

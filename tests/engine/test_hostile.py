@@ -21,7 +21,7 @@ from pipelines.engine.normalise import MAX_DEPTH, SourceMapping, inspect_file
 from pipelines.facade import ingest_batches, run
 from pipelines.observe.status import format_status, read_status
 from pipelines.store.database import Home, Store
-from pipelines.view import Column, Table, View
+from pipelines.view import Column, SqlType, Table, View
 from resources import HomeResource, SparkResource
 from tests.harness import assert_conserved, assert_same_store, read_store, without
 from tests.hostile_corpus import FIRST_RUN, Corpus, build
@@ -353,5 +353,7 @@ def test_view_declarations_reject_names_that_are_not_plain_identifiers(name):
 
 @pytest.mark.parametrize("sql_type", ["VARCHAR); DROP TABLE x; --", "TEXT", "DECIMAL(18,2) NOT NULL", "varchar"])
 def test_view_declarations_reject_column_types_outside_the_list(sql_type):
-    with pytest.raises(ValueError, match="unsupported type"):
+    with pytest.raises(TypeError, match="not SQL text"):
         Table("t", {"k": Column(str), "v": Column(sql_type)}, ("k",), stream_key="k")
+    with pytest.raises(ValueError, match="unsupported type"):  # nor as inorder's own type, made by hand
+        Table("t", {"k": Column(str), "v": Column(SqlType(sql_type))}, ("k",), stream_key="k")

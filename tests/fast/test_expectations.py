@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pipelines.observe.expectations import SUITE_HEADER, suite_markdown, validate_suite, validate_view, validate_view_on_pandas
 from pipelines.registry import load_views
-from pipelines.view import Column, Expectation, Table, View, between, in_set, not_null, unique
+from pipelines.view import Column, Expectation, SqlType, Table, View, between, in_set, not_null, unique
 
 COLUMNS = {
     "id": "VARCHAR", "pos": "BIGINT", "n": "INTEGER", "amt": "DECIMAL(18,2)", "big": "DECIMAL(38,4)",
@@ -55,7 +55,7 @@ def _view(tables: dict[str, dict[str, str]], expectations: list[Expectation]) ->
 
 def _table(name: str, columns: dict[str, str]) -> Table:
     # the declaration only names the table here: the rows are the store's, made without constraints
-    return Table(name, {"k": Column(str), **{c: Column(t) for c, t in columns.items()}}, ("k",), kind="keyed",
+    return Table(name, {"k": Column(str), **{c: Column(SqlType(t)) for c, t in columns.items()}}, ("k",), kind="keyed",
                  stream_key="k")
 
 
