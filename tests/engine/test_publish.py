@@ -15,12 +15,15 @@ from pathlib import Path
 
 import duckdb
 import psycopg
+import pyarrow as pa
 import pytest
 
 from pipelines.config import Settings
+from pipelines.engine.pass_data import OutputKind, output_schema, row_column
 from pipelines.serve.publish import Publisher, Publishing, ServeTarget, committed_positions, pg_type, read_positions
 from pipelines.facade import rebuild, run
 from pipelines.store.database import Home, Store
+from pipelines.view import Column, Table, View
 from demos.shop import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
 from tests.harness import entry_time, write_batch
@@ -328,6 +331,52 @@ def test_a_publication_is_full_then_nothing_when_current_then_a_catch_up_of_the_
         assert (ahead.mode, ahead.rows, ahead.entry_idx) == ("full", 3, 1)
         (forced,) = publisher.publish(con, CUSTOMERS, full=True)
         assert (forced.mode, forced.entry_idx) == ("full", 1)
+
+
+NOTES = View(name="notes", subscribes=("note",), tables=(
+    Table.per_stream("note_text", key="note_id", columns={"text": Column(str)}),
+    Table.append("note_log", key=("note_id", "pos"), stream_key="note_id",
+                 columns={"note_id": Column(str), "pos": Column(int), "what": Column(str)}),
+    Table.aggregate("note_days", key=("day",), columns={"day": Column(str), "n": Column(int)})))
+
+
+def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_keys_added_to_and_nothing_else(
+        tmp_path, target):
+    """No Spark: a keyed, an append and an aggregate table written as commits write them, and the pass output
+    (`pass_out`) in its own schema, as the walk writes it. The first publication is full; a delta for the next entry
+    carries the rows of the streams the pass walked (a stream whose rows the pass deleted loses them), the rows it
+    appended and the aggregate keys it added to, as absolute values; a row no pass wrote does not travel."""
+    def duck() -> dict[str, list[tuple]]:
+        return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
+
+    with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES]) as store, Publisher(target) as publisher:
+        con = store.con
+        con.execute("INSERT INTO note_text VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')")
+        con.execute("INSERT INTO note_log VALUES ('n1', 1, 'made'), ('n2', 1, 'made')")
+        con.execute("INSERT INTO note_days VALUES ('d1', 2), ('d2', 1)")
+        ledger(con, "notes", 1)
+        (full,) = publisher.publish(con, [NOTES])
+        assert (full.mode, full.rows, full.entry_idx) == ("full", 7, 1) and pg_tables(target, [NOTES]) == duck()
+        before = duck()
+        # entry 2: n1 rewritten and appended to, n2's row deleted, d1 added to and d3 new; n3 changed by no pass
+        con.execute("UPDATE note_text SET text = 'a2' WHERE note_id = 'n1'")
+        con.execute("DELETE FROM note_text WHERE note_id = 'n2'")
+        con.execute("UPDATE note_text SET text = 'stray' WHERE note_id = 'n3'")
+        con.execute("INSERT INTO note_log VALUES ('n1', 2, 'edited')")
+        con.execute("UPDATE note_days SET n = 3 WHERE day = 'd1'")
+        con.execute("INSERT INTO note_days VALUES ('d3', 1)")
+        ledger(con, "notes", 2)
+        walked = [{"kind": OutputKind.WATERMARK.value, "view": "notes", "stream_id": s} for s in ("n1", "n2")]
+        rows = [{"kind": OutputKind.ROWS.value, "view": "notes", "name": "note_log", "stream_id": "n1",
+                 row_column("notes", "note_log"): {"note_id": "n1", "pos": 2, "what": "edited"}}]
+        sums = [{"kind": OutputKind.AGGREGATE.value, "view": "notes", "name": "note_days",
+                 row_column("notes", "note_days"): {"day": day, "n": 1}} for day in ("d1", "d3")]
+        con.register("pass_out", pa.Table.from_pylist(walked + rows + sums, schema=output_schema([NOTES])))
+        (delta,) = publisher.publish(con, [NOTES], pass_start={"notes": 2})
+        assert (delta.mode, delta.rows, delta.entry_idx, delta.batch_id) == ("delta", 4, 2, "b2")
+        expected = {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}  # n3's stray write did not travel
+        assert pg_tables(target, [NOTES]) == expected and before["note_text"] != expected["note_text"]
+        assert pg_published(target) == {"notes": 2}
 
 
 def test_publishing_says_each_publication_and_a_table_that_does_not_match_once_while_the_others_go_on(
