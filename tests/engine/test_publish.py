@@ -379,6 +379,45 @@ def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_
         assert pg_published(target) == {"notes": 2}
 
 
+def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggregates(tmp_path, target):
+    """No Spark: publications missed for two entries (a crash after the DuckDB commits). The catch-up carries, for
+    the streams whose watermark moved after the published entry, the rows of each keyed and append table (a deleted
+    row goes), and each aggregate table whole; a stream that did not move does not travel."""
+    def watermark(stream_id: str, entry_idx: int) -> None:
+        con.execute("DELETE FROM inorder.watermarks WHERE view = 'notes' AND stream_id = ?", [stream_id])
+        con.execute("INSERT INTO inorder.watermarks (view, stream_id, last_seq, updated_entry) VALUES "
+                    "('notes', ?, ?, ?)", [stream_id, entry_idx, entry_idx])
+
+    def duck() -> dict[str, list[tuple]]:
+        return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
+
+    with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES]) as store, Publisher(target) as publisher:
+        con = store.con
+        con.execute("INSERT INTO note_text VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')")
+        con.execute("INSERT INTO note_log VALUES ('n1', 1, 'made'), ('n2', 1, 'made'), ('n3', 1, 'made')")
+        con.execute("INSERT INTO note_days VALUES ('d1', 2), ('d2', 1)")
+        for stream_id in ("n1", "n2", "n3"):
+            watermark(stream_id, 1)
+        ledger(con, "notes", 1)
+        (full,) = publisher.publish(con, [NOTES])
+        assert (full.mode, full.rows) == ("full", 8) and pg_tables(target, [NOTES]) == duck()
+        con.execute("UPDATE note_text SET text = 'a2' WHERE note_id = 'n1'")
+        con.execute("INSERT INTO note_log VALUES ('n1', 2, 'edited')")
+        watermark("n1", 2)
+        con.execute("UPDATE note_days SET n = 3 WHERE day = 'd1'")
+        ledger(con, "notes", 2)
+        con.execute("DELETE FROM note_text WHERE note_id = 'n2'")
+        watermark("n2", 3)
+        con.execute("INSERT INTO note_days VALUES ('d3', 1)")
+        con.execute("UPDATE note_text SET text = 'stray' WHERE note_id = 'n3'")  # no watermark moved
+        ledger(con, "notes", 3)
+        (catch_up,) = publisher.publish(con, [NOTES])
+        # n1's text and two log rows, n2's log row, the three aggregate rows
+        assert (catch_up.mode, catch_up.rows, catch_up.entry_idx, catch_up.batch_id) == ("catch-up", 7, 3, "b3")
+        assert pg_tables(target, [NOTES]) == {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}
+        assert pg_published(target) == {"notes": 3}
+
+
 def test_publishing_says_each_publication_and_a_table_that_does_not_match_once_while_the_others_go_on(
         tmp_path, target):
     views = [v for v in SHOP_VIEWS if v.name in ("orders", "customers")]
