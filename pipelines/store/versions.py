@@ -137,11 +137,7 @@ def _source_of(name: str, spec: Any) -> str | None:
         return None
     if spec.origin is None:  # a folder without __init__.py: its loader, set only once imported, would give ''
         return name
-    if spec.has_location and spec.origin.endswith(".py"):
-        try:
-            return Path(spec.origin).read_text(encoding="utf-8")
-        except OSError:  # a module in a zip: its origin is no file, its loader reads it
-            pass
+    # the loader reads a source as Python does: its coding line, a BOM, a module in a zip
     get_source = getattr(spec.loader, "get_source", None)
     try:
         source = get_source(name) if get_source is not None else None

@@ -322,7 +322,8 @@ def two_folders(tmp_path, monkeypatch):
     yield mine
     for name in [m for m in sys.modules if m.split(".")[0] in ("flat", "pkg", "beside_flat", "beside_pkg", "other_flat",
                                                                   "other_pkg", "helpers", "compiled", "uses_compiled", "deep",
-                                                                  "mixed", "uses_zip", "zipped_helper")]:
+                                                                  "mixed", "uses_zip", "zipped_helper", "uses_coded",
+                                                                  "latin_helper", "bom_helper")]:
         del sys.modules[name]
 
 
@@ -401,6 +402,19 @@ def test_a_helper_in_a_zip_counts_by_its_source_and_an_edit_of_it_is_seen(two_fo
     zipped("Z = 2\n")
     importlib.invalidate_caches()
     assert own_modules(view)["zipped_helper"] == "Z = 2\n"
+
+
+def test_a_helper_counts_by_its_source_as_python_reads_it_whatever_its_encoding(two_folders):
+    import importlib
+
+    from pipelines.store.versions import own_modules
+
+    (two_folders / "latin_helper.py").write_bytes('# -*- coding: latin-1 -*-\nNAME = "café"\n'.encode("latin-1"))
+    (two_folders / "bom_helper.py").write_bytes("\ufeffNAME = 'x'\n".encode("utf-8"))
+    _write(two_folders, {"uses_coded.py": HANDLER.format(t="flat", extra="import latin_helper\nimport bom_helper")})
+    importlib.invalidate_caches()
+    found = own_modules(importlib.import_module("uses_coded").VIEW)
+    assert (found["latin_helper"], found["bom_helper"]) == ('# -*- coding: latin-1 -*-\nNAME = "café"\n', "NAME = 'x'\n")
 
 
 def test_every_import_statement_of_a_module_counts_not_only_the_last(two_folders):
