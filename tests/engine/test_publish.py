@@ -9,6 +9,7 @@ import json
 import random
 import re
 import shutil
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -335,7 +336,7 @@ def test_a_publication_is_full_then_nothing_when_current_then_a_catch_up_of_the_
 
 NOTES = View(name="notes", subscribes=("note",), tables=(
     Table.per_stream("note_text", key="note_id", columns={"text": Column(str)}),
-    Table.append("note_log", key=("note_id", "pos"), stream_key="note_id",
+    Table.append("note_log", key=("pos", "note_id"), stream_key="note_id",  # the stream key second: indexed
                  columns={"note_id": Column(str), "pos": Column(int), "what": Column(str)}),
     Table.aggregate("note_days", key=("day",), columns={"day": Column(str), "n": Column(int)})))
 
@@ -416,6 +417,73 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
         assert (catch_up.mode, catch_up.rows, catch_up.entry_idx, catch_up.batch_id) == ("catch-up", 7, 3, "b3")
         assert pg_tables(target, [NOTES]) == {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}
         assert pg_published(target) == {"notes": 3}
+
+
+def notes_rows(con) -> dict[str, list[tuple]]:
+    return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
+
+
+def test_a_view_rebuilt_after_its_publication_is_published_whole_and_a_table_of_many_fetches_travels_whole(
+        tmp_path, target):
+    """No Spark: a view whose version was recorded after PostgreSQL's publication (a rebuild or a migration) is
+    published in full, not caught up; a table of more rows than one fetch travels whole, and is counted whole."""
+    with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES]) as store, Publisher(target) as publisher:
+        con = store.con
+        con.execute("INSERT INTO note_text SELECT 'n' || i, 't' FROM range(120001) r(i)")
+        ledger(con, "notes", 1)
+        (full,) = publisher.publish(con, [NOTES])
+        assert (full.mode, full.rows) == ("full", 120001) and pg_tables(target, [NOTES]) == notes_rows(con)
+        con.execute("UPDATE note_text SET text = 'rebuilt' WHERE note_id = 'n7'")
+        con.execute("UPDATE inorder.view_versions SET recorded_at = now() WHERE view = 'notes'")
+        ledger(con, "notes", 2)  # no watermark moved: a catch-up would carry nothing
+        (rebuilt,) = publisher.publish(con, [NOTES])
+        assert (rebuilt.mode, rebuilt.rows, rebuilt.entry_idx) == ("full", 120001, 2)
+        assert pg_tables(target, [NOTES]) == notes_rows(con)
+
+
+def test_a_table_that_does_not_match_is_refused_alone_and_replaced_by_a_full_publication(tmp_path, target):
+    """No Spark: PostgreSQL's note_log with the right columns but another primary key, while the view's first table
+    matches: the view is refused naming that table, the views after it are published, and `full` replaces the table
+    (its stream key, second in its key, indexed), after which the refusal is gone. Through `Publishing`, which passes
+    each publication's arguments on and adds up its time."""
+    other = View(name="other_notes", subscribes=("note",), tables=(
+        Table.per_stream("other_text", key="note_id", columns={"text": Column(str)}),))
+    with psycopg.connect(target.dsn, autocommit=True) as pg:
+        pg.execute(f'CREATE SCHEMA "{target.schema}"')
+        pg.execute(f'CREATE TABLE {target.qualified("note_text")} (note_id text PRIMARY KEY, text text)')
+        pg.execute(f'CREATE TABLE {target.qualified("note_log")} (note_id text, pos bigint, what text, '
+                   "PRIMARY KEY (note_id, pos))")
+    said: list[str] = []
+    publishing, started = Publishing(said.append, target), time.perf_counter()
+    with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES, other]) as store:
+        con = store.con
+        con.execute("INSERT INTO note_log VALUES ('n1', 1, 'made')")
+        con.execute("INSERT INTO other_text VALUES ('n1', 'x')")
+        for view in ("notes", "other_notes"):
+            ledger(con, view, 1)
+        publishing.publish(con, [NOTES, other])
+        assert [(p.view, p.mode) for p in publishing.publications] == [("other_notes", "full")]
+        assert "note_log does not match view notes's declaration" in publishing.error
+        publishing.publish(con, [NOTES], full=True)
+        assert [(p.view, p.mode, p.rows) for p in publishing.publications][1:] == [("notes", "full", 1)]
+        assert pg_tables(target, [NOTES]) == notes_rows(con) and publishing._publisher.refused == {}
+        con.execute("INSERT INTO note_log VALUES ('n1', 2, 'again')")
+        ledger(con, "notes", 2)
+        con.register("pass_out", pa.Table.from_pylist([
+            {"kind": OutputKind.WATERMARK.value, "view": "notes", "stream_id": "n1"},
+            {"kind": OutputKind.ROWS.value, "view": "notes", "name": "note_log", "stream_id": "n1",
+             row_column("notes", "note_log"): {"note_id": "n1", "pos": 2, "what": "again"}}],
+            schema=output_schema([NOTES])))
+        publishing.publish(con, [NOTES], pass_start={"notes": 2})
+        assert [(p.view, p.mode, p.rows) for p in publishing.publications][2:] == [("notes", "delta", 1)]
+        assert pg_tables(target, [NOTES]) == notes_rows(con)
+    elapsed = time.perf_counter() - started
+    assert sum(p.seconds for p in publishing.publications) <= publishing.seconds < elapsed
+    with psycopg.connect(target.dsn) as pg:
+        assert pg.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'note_log' "
+                          "AND indexdef NOT LIKE '%%pkey%%'", [target.schema]).fetchall() == [
+            (f'CREATE INDEX note_log_note_id_idx ON {target.schema}.note_log USING btree (note_id)',)]
+    publishing.close()
 
 
 def test_publishing_says_each_publication_and_a_table_that_does_not_match_once_while_the_others_go_on(
