@@ -486,6 +486,41 @@ def test_a_table_that_does_not_match_is_refused_alone_and_replaced_by_a_full_pub
     publishing.close()
 
 
+def test_every_crash_point_of_the_publication_is_armed_by_the_sweep_and_reached(monkeypatch, tmp_path, target):
+    """The crash sweep (tests/crash_sweep.py) kills runs at these points: a point renamed or no longer passed would
+    make its cases kill nothing. No Spark: each is armed in turn (its kill made an exception) over a publication."""
+    from pipelines import faults
+    from pipelines.serve import publish
+    from tests.crash_sweep import NAMED
+
+    class Crashed(Exception):
+        pass
+
+    def reached(point: str) -> bool:
+        for name, value in (("ARMED", point), ("_point", point), ("_nth", 1), ("_hits", 0), ("_delay_us", 0)):
+            monkeypatch.setattr(faults, name, value)
+
+        def crash() -> None:
+            raise Crashed(point)
+
+        monkeypatch.setattr(faults, "_kill", crash)
+        schema = ServeTarget(target.dsn, f"{target.schema}_{point.split('.')[1]}")  # a schema of its own: fresh
+        with Store.open(serving(tmp_path / point, schema).ensure(), [NOTES]) as store, Publisher(schema) as pub:
+            ledger(store.con, "notes", 1)
+            try:
+                pub.publish(store.con, [NOTES])
+            except Crashed:
+                return True
+        return False
+
+    in_the_publication = set(re.findall(r'crash_point\("([a-z_.]+)"\)', Path(publish.__file__).read_text()))
+    armed = {p for p, *_ in NAMED if p.startswith("publish.")}
+    assert in_the_publication == armed == {"publish.begun", "publish.staged", "publish.committed"}
+    for point in sorted(armed):
+        assert reached(point), point
+    assert not reached("publish.nowhere")
+
+
 def test_publishing_says_each_publication_and_a_table_that_does_not_match_once_while_the_others_go_on(
         tmp_path, target):
     views = [v for v in SHOP_VIEWS if v.name in ("orders", "customers")]
