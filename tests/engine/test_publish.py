@@ -24,7 +24,7 @@ from pipelines.engine.pass_data import OutputKind, output_schema, row_column
 from pipelines.serve.publish import Publisher, Publishing, ServeTarget, committed_positions, pg_type, read_positions
 from pipelines.facade import rebuild, run
 from pipelines.store.database import Home, Store
-from pipelines.view import Column, Table, View
+from pipelines.view import DECIMAL, Column, Table, View
 from demos.shop import GeneratorConfig, generate
 from tests.domains import SHOP_VIEWS
 from tests.harness import entry_time, write_batch
@@ -338,7 +338,10 @@ NOTES = View(name="notes", subscribes=("note",), tables=(
     Table.per_stream("note_text", key="note_id", columns={"text": Column(str)}),
     Table.append("note_log", key=("pos", "note_id"), stream_key="note_id",  # the stream key second: indexed
                  columns={"note_id": Column(str), "pos": Column(int), "what": Column(str)}),
-    Table.aggregate("note_days", key=("day",), columns={"day": Column(str), "n": Column(int)})))
+    # two key columns, two value columns (one DECIMAL), and a table of keys alone
+    Table.aggregate("note_days", key=("day", "kind"), columns={"day": Column(str), "kind": Column(str),
+                                                               "n": Column(int), "amount": Column(DECIMAL(10, 2))}),
+    Table.aggregate("note_words", key=("word",), columns={"word": Column(str)})))
 
 
 def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_keys_added_to_and_nothing_else(
@@ -354,27 +357,31 @@ def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_
         con = store.con
         con.execute("INSERT INTO note_text VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')")
         con.execute("INSERT INTO note_log VALUES ('n1', 1, 'made'), ('n2', 1, 'made')")
-        con.execute("INSERT INTO note_days VALUES ('d1', 2), ('d2', 1)")
+        con.execute("INSERT INTO note_days VALUES ('d1', 'k', 2, 1.50), ('d2', 'k', 1, 0.25)")
+        con.execute("INSERT INTO note_words VALUES ('w1')")
         ledger(con, "notes", 1)
         (full,) = publisher.publish(con, [NOTES])
-        assert (full.mode, full.rows, full.entry_idx) == ("full", 7, 1) and pg_tables(target, [NOTES]) == duck()
+        assert (full.mode, full.rows, full.entry_idx) == ("full", 8, 1) and pg_tables(target, [NOTES]) == duck()
         before = duck()
         # entry 2: n1 rewritten and appended to, n2's row deleted, d1 added to and d3 new; n3 changed by no pass
         con.execute("UPDATE note_text SET text = 'a2' WHERE note_id = 'n1'")
         con.execute("DELETE FROM note_text WHERE note_id = 'n2'")
         con.execute("UPDATE note_text SET text = 'stray' WHERE note_id = 'n3'")
         con.execute("INSERT INTO note_log VALUES ('n1', 2, 'edited')")
-        con.execute("UPDATE note_days SET n = 3 WHERE day = 'd1'")
-        con.execute("INSERT INTO note_days VALUES ('d3', 1)")
+        con.execute("UPDATE note_days SET n = 3, amount = 2.00 WHERE day = 'd1'")
+        con.execute("INSERT INTO note_days VALUES ('d3', 'k', 1, 9.99)")
+        con.execute("INSERT INTO note_words VALUES ('w2')")
         ledger(con, "notes", 2)
         walked = [{"kind": OutputKind.WATERMARK.value, "view": "notes", "stream_id": s} for s in ("n1", "n2")]
         rows = [{"kind": OutputKind.ROWS.value, "view": "notes", "name": "note_log", "stream_id": "n1",
                  row_column("notes", "note_log"): {"note_id": "n1", "pos": 2, "what": "edited"}}]
         sums = [{"kind": OutputKind.AGGREGATE.value, "view": "notes", "name": "note_days",
-                 row_column("notes", "note_days"): {"day": day, "n": 1}} for day in ("d1", "d3")]
+                 row_column("notes", "note_days"): {"day": day, "kind": "k", "n": 1}} for day in ("d1", "d3")]
+        sums += [{"kind": OutputKind.AGGREGATE.value, "view": "notes", "name": "note_words",
+                  row_column("notes", "note_words"): {"word": "w2"}}]
         con.register("pass_out", pa.Table.from_pylist(walked + rows + sums, schema=output_schema([NOTES])))
         (delta,) = publisher.publish(con, [NOTES], pass_start={"notes": 2})
-        assert (delta.mode, delta.rows, delta.entry_idx, delta.batch_id) == ("delta", 4, 2, "b2")
+        assert (delta.mode, delta.rows, delta.entry_idx, delta.batch_id) == ("delta", 5, 2, "b2")
         expected = {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}  # n3's stray write did not travel
         assert pg_tables(target, [NOTES]) == expected and before["note_text"] != expected["note_text"]
         assert pg_published(target) == {"notes": 2}
@@ -396,7 +403,7 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
         con = store.con
         con.execute("INSERT INTO note_text VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')")
         con.execute("INSERT INTO note_log VALUES ('n1', 1, 'made'), ('n2', 1, 'made'), ('n3', 1, 'made')")
-        con.execute("INSERT INTO note_days VALUES ('d1', 2), ('d2', 1)")
+        con.execute("INSERT INTO note_days VALUES ('d1', 'k', 2, 1.50), ('d2', 'k', 1, 0.25)")
         for stream_id in ("n1", "n2", "n3"):
             watermark(stream_id, 1)
         ledger(con, "notes", 1)
@@ -405,11 +412,11 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
         con.execute("UPDATE note_text SET text = 'a2' WHERE note_id = 'n1'")
         con.execute("INSERT INTO note_log VALUES ('n1', 2, 'edited')")
         watermark("n1", 2)
-        con.execute("UPDATE note_days SET n = 3 WHERE day = 'd1'")
+        con.execute("UPDATE note_days SET n = 3, amount = 2.00 WHERE day = 'd1'")
         ledger(con, "notes", 2)
         con.execute("DELETE FROM note_text WHERE note_id = 'n2'")
         watermark("n2", 3)
-        con.execute("INSERT INTO note_days VALUES ('d3', 1)")
+        con.execute("INSERT INTO note_days VALUES ('d3', 'k', 1, 9.99)")
         con.execute("UPDATE note_text SET text = 'stray' WHERE note_id = 'n3'")  # no watermark moved
         ledger(con, "notes", 3)
         (catch_up,) = publisher.publish(con, [NOTES])
@@ -417,6 +424,11 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
         assert (catch_up.mode, catch_up.rows, catch_up.entry_idx, catch_up.batch_id) == ("catch-up", 7, 3, "b3")
         assert pg_tables(target, [NOTES]) == {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}
         assert pg_published(target) == {"notes": 3}
+        watermark("n3", 4)
+        ledger(con, "notes", 4)
+        with Publisher(target) as again:  # a new connection checks the tables' shapes, DECIMAL's among them
+            assert [(p.mode, p.rows) for p in again.publish(con, [NOTES])] == [("catch-up", 5)]
+            assert again.refused == {} and again.pg.execute("SHOW application_name").fetchone() == ("inorder publish",)
 
 
 def notes_rows(con) -> dict[str, list[tuple]]:
@@ -429,15 +441,15 @@ def test_a_view_rebuilt_after_its_publication_is_published_whole_and_a_table_of_
     published in full, not caught up; a table of more rows than one fetch travels whole, and is counted whole."""
     with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES]) as store, Publisher(target) as publisher:
         con = store.con
-        con.execute("INSERT INTO note_text SELECT 'n' || i, 't' FROM range(120001) r(i)")
+        con.execute("INSERT INTO note_text SELECT 'n' || i, 't' FROM range(50001) r(i)")  # a fetch is 50,000
         ledger(con, "notes", 1)
         (full,) = publisher.publish(con, [NOTES])
-        assert (full.mode, full.rows) == ("full", 120001) and pg_tables(target, [NOTES]) == notes_rows(con)
+        assert (full.mode, full.rows) == ("full", 50001) and pg_tables(target, [NOTES]) == notes_rows(con)
         con.execute("UPDATE note_text SET text = 'rebuilt' WHERE note_id = 'n7'")
         con.execute("UPDATE inorder.view_versions SET recorded_at = now() WHERE view = 'notes'")
         ledger(con, "notes", 2)  # no watermark moved: a catch-up would carry nothing
         (rebuilt,) = publisher.publish(con, [NOTES])
-        assert (rebuilt.mode, rebuilt.rows, rebuilt.entry_idx) == ("full", 120001, 2)
+        assert (rebuilt.mode, rebuilt.rows, rebuilt.entry_idx) == ("full", 50001, 2)
         assert pg_tables(target, [NOTES]) == notes_rows(con)
 
 
