@@ -173,3 +173,56 @@ def test_each_file_of_one_ingest_is_archived_under_its_own_entry(tmp_path):
     for entry_idx, stream in ((1, "a"), (2, "b"), (3, "c")):
         archived = pq.read_table(archive_path(home, entry_idx)).to_pylist()
         assert [(m["entry_idx"], m["stream_id"]) for m in archived] == [(entry_idx, stream)]
+
+
+def test_a_reingest_carries_only_the_undelivered_lines_says_what_it_did_and_refuses_in_one_line(tmp_path):
+    """A re-ingest with a fixed source mapping, batch by batch: one whose records all reached a view is left, one whose
+    undelivered records still reach none is left and said, and the others go on after them; the new entry's archive
+    holds only the carried lines, under its own batch id and entry; a re-ingest asked by a re-ingested batch's id
+    starts from its newest entry; an unknown batch, a landing file gone (or now a link out of the landing folder) and
+    a file changed since its ingest are refused, each in one line."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from pipelines.engine.ingest import ReingestRefused, reingest
+
+    home = Home(tmp_path / "home").ensure()
+    fixed = SourceMapping(stream_id="account", seq="n")  # the lines of another shape, readable once fixed
+    other = json.dumps({"account": "b", "n": 1, "type": "AccountOpened", "payload": {"owner": "bo"}})
+    loan = json.dumps({"account": "l", "n": 1, "stream_type": "loan", "type": "LoanOpened", "payload": {}})
+    (home.landing / "b1.jsonl").write_text("\n".join([opened("a"), other, "{oops"]) + "\n")
+    (home.landing / "b2.jsonl").write_text(opened("c") + "\n")
+    (home.landing / "b3.jsonl").write_text(loan + "\n")
+    said: list[str] = []
+    with Store.open(home, BANK_VIEWS) as store:
+        assert [r.entry_idx for r in ingest_landing(store, home, SourceMapping(), T)] == [1, 2, 3]
+        (again,) = reingest(store, home, fixed, {"account"}, ["b2", "b1"], T + 1, said.append)
+        assert (again.batch_id, again.entry_idx, again.records, again.malformed) == ("b1@reingest-4", 4, 2, 1)
+        assert pq.read_table(home.archived(4), columns=["batch_id", "entry_idx", "line", "stream_id"]).to_pylist() == [
+            {"batch_id": "b1@reingest-4", "entry_idx": 4, "line": 2, "stream_id": "b"}]
+        assert reingest(store, home, fixed, {"account"}, ["b3", "b1@reingest-4"], T + 2, said.append) == []
+        refusals = []
+        for asked, change in ((["nope"], None), (["b2"], "link"), (["b3"], "edit")):
+            if change == "link":
+                outside = tmp_path / "outside.jsonl"  # the same bytes, out of the landing folder
+                outside.write_bytes((home.landing / "b2.jsonl").read_bytes())
+                (home.landing / "b2.jsonl").unlink()
+                (home.landing / "b2.jsonl").symlink_to(outside)
+            elif change == "edit":
+                (home.landing / "b3.jsonl").write_text("changed\n")
+            with pytest.raises(ReingestRefused) as refused:
+                reingest(store, home, fixed, {"account"}, asked, T + 3)
+            refusals.append(str(refused.value).replace(str(home.landing), "LANDING"))
+    assert said == [
+        "reingest b2: every record of entry 2 reached a view or was already delivered; nothing to re-ingest",
+        "reingest b1: entry 1's 2 undelivered records as b1@reingest-4: 1 normalised, 1 malformed",
+        "reingest b3: with today's source mapping, entry 3's 1 undelivered records still reach no view (0 malformed, "
+        "stream types {'loan': 1}); nothing re-ingested",
+        "reingest b1: with today's source mapping, entry 4's 1 undelivered records still reach no view (1 malformed, "
+        "stream types {}); nothing re-ingested"]
+    assert refusals == [
+        "no archived batch 'nope' to re-ingest (`inorder status` lists the batches)",
+        "batch 'b2': its landing file LANDING/b2.jsonl is gone; re-ingesting reads it again",
+        "batch 'b3': LANDING/b3.jsonl changed since it was ingested; re-ingesting reads the file as it was ingested "
+        "(give new content a new file name)"]
