@@ -55,6 +55,31 @@ def test_a_landing_file_changed_after_it_was_recorded_is_set_aside_once_per_new_
         assert ingest_landing(store, home, SourceMapping(), T + 3) == []  # touched, the same content
         b1.write_text(opened("a") + "\n")  # back to the content ingested first
         assert ingest_landing(store, home, SourceMapping(), T + 4) == []
+        # another size under the recorded time (a copy that kept its source's time): the size tells it changed
+        recorded_ns = b1.stat().st_mtime_ns
+        b1.write_text(opened("a") + "\n" + dep("a", 2, 7) + "\n")
+        os.utime(b1, ns=(recorded_ns, recorded_ns))
+        (resized,) = ingest_landing(store, home, SourceMapping(), T + 5)
+        assert (resized.status, resized.bytes) == ("rejected", b1.stat().st_size)
+
+
+def test_a_file_of_several_hash_chunks_is_recorded_whole_and_an_archive_folder_is_made_as_needed(tmp_path):
+    """A file is hashed 1 MiB at a time: its recorded size is the whole file's, so listing it again finds it unchanged;
+    the archive folder, gone, is made again, and an entry's folder a crashed ingest left behind is written into."""
+    import shutil
+
+    home = Home(tmp_path / "home").ensure()
+    big = home.landing / "b1.jsonl"
+    big.write_text("".join(dep("a", seq, 5) + "\n" for seq in range(2, 30_000)))  # about 3 MiB
+    shutil.rmtree(home.archive)
+    with Store.open(home, BANK_VIEWS) as store:
+        (first,) = ingest_landing(store, home, SourceMapping(), T)
+        assert first.bytes == big.stat().st_size > 2 << 20 and _log(store, 1)[0][4] == first.bytes
+        assert ingest_landing(store, home, SourceMapping(), T + 1) == []
+        home.archived(2).parent.mkdir()
+        (home.landing / "b2.jsonl").write_text(opened("b") + "\n")
+        (second,) = ingest_landing(store, home, SourceMapping(), T + 2)
+        assert (second.entry_idx, second.status) == (2, "archived") and home.archived(2).is_file()
 
 
 def test_a_recorded_file_replaced_by_a_link_out_of_the_landing_folder_is_set_aside_unread(tmp_path):
@@ -73,6 +98,10 @@ def test_a_recorded_file_replaced_by_a_link_out_of_the_landing_folder_is_set_asi
                                                                      outside.stat().st_size)
         assert _log(store, 2) == [(2, f"b1.jsonl@{where[:16]}", "b1.jsonl", "rejected", outside.stat().st_size, None,
                                    outside.stat().st_mtime_ns)]
+        (home.landing / "b9.jsonl").symlink_to(outside)  # a new file that is a link out: rejected unread
+        (linked,) = ingest_landing(store, home, SourceMapping(), T + 2)
+        assert (linked.batch_id, linked.status, linked.reason) == (
+            "b9", "rejected", "the file resolves outside the landing folder (symlink?)")
 
 
 def test_a_tick_is_due_only_when_logical_time_moved_past_the_last_entry(tmp_path):
