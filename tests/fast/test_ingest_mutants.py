@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -255,3 +256,24 @@ def test_a_reingest_carries_only_the_undelivered_lines_says_what_it_did_and_refu
         "batch 'b2': its landing file LANDING/b2.jsonl is gone; re-ingesting reads it again",
         "batch 'b3': LANDING/b3.jsonl changed since it was ingested; re-ingesting reads the file as it was ingested "
         "(give new content a new file name)"]
+
+
+def test_a_file_whose_batch_id_is_taken_or_reserved_is_set_aside_under_a_free_id_saying_why(tmp_path):
+    """Its whole name when that is free, else its name and a hash of it; a batch id of a tick's or an operator
+    action's form is reserved."""
+    from pipelines.engine.ingest import _name_hash
+
+    home = Home(tmp_path / "home").ensure()
+    (home.landing / "b1.jsonl").write_text(opened("a") + "\n")
+    with Store.open(home, BANK_VIEWS) as store:
+        ingest_landing(store, home, SourceMapping(), T)
+        for name in ("b1.csv", "b1", "tick-3.jsonl", "tick-4"):
+            (home.landing / name).write_text(opened("b") + "\n")
+        set_aside = ingest_landing(store, home, SourceMapping(), T + 1)
+    taken, reserved = "is already taken by another file or entry", "has the form of a tick's or an operator action's id"
+    assert [(r.batch_id, r.status, r.reason) for r in set_aside] == [
+        (f"b1@{_name_hash(PurePosixPath('b1'))}", "rejected", f"batch id 'b1' {taken}; rename this one"),
+        ("b1.csv", "rejected", f"batch id 'b1' {taken}; rename this one"),
+        ("tick-3.jsonl", "rejected", f"batch id 'tick-3' {reserved}; rename this one"),
+        (f"tick-4@{_name_hash(PurePosixPath('tick-4'))}", "rejected", f"batch id 'tick-4' {reserved}; rename this one")]
+    assert _name_hash(PurePosixPath("b1")) == hashlib.sha256(b"b1").hexdigest()[:16]
