@@ -123,6 +123,24 @@ def test_two_feeds_are_read_each_with_its_mapping_and_a_file_no_source_takes_is_
         assert ingest_landing(store, home, load_source(home.root / "source.json"), T + 1) == []
 
 
+def test_landing_files_come_in_the_order_of_their_names_and_a_batch_id_finds_the_file_it_stands_for(tmp_path):
+    """The one discovery: names under the landing folder in the order of their text (`trips-x.jsonl` before
+    `trips/…`, as `-` sorts before `/`); a batch id (a partition key) stands for the file of that stem, of that whole
+    name, or the file a changed version (`<name>@<hash>`) was set aside from, in the sub-folders too."""
+    from pipelines.engine.ingest import files_for_batch, landing_files, landing_name
+
+    home = two_feeds_home(tmp_path)
+    (home.landing / "trips-x.jsonl").write_text(trip("t-2", 1, "Requested") + "\n")
+    source = load_source(home.root / "source.json")
+    assert [str(landing_name(home, p)) for p in landing_files(home, source)] == [
+        "orders.jsonl", "payments-01.jsonl", "trips-x.jsonl", "trips/2026/t1.jsonl", "trips/payments-01.jsonl"]
+    found = {batch_id: [str(landing_name(home, p)) for p in files_for_batch(home, source, batch_id)] for batch_id in (
+        "trips/2026/t1", "trips/2026/t1.jsonl", "trips/2026/t1.jsonl@0123456789abcdef", "payments-01", "t1", "nope")}
+    assert found == {"trips/2026/t1": ["trips/2026/t1.jsonl"], "trips/2026/t1.jsonl": ["trips/2026/t1.jsonl"],
+                     "trips/2026/t1.jsonl@0123456789abcdef": ["trips/2026/t1.jsonl"],
+                     "payments-01": ["payments-01.jsonl"], "t1": [], "nope": []}
+
+
 def test_a_reingest_reads_its_file_with_the_source_that_takes_it_today(tmp_path):
     home = two_feeds_home(tmp_path)
     no_city = json.dumps({"trip": "t-1", "n": 2, "kind": "Ended", "payload": {}})
