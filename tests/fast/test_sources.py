@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from pipelines.engine.ingest import ingest_landing, reingest
+from pipelines.engine.ingest import ReingestRefused, ingest_landing, reingest
 from pipelines.engine.normalise import RejectedFile, SourceMapping
 from pipelines.engine.sources import SELECTORS, Feed, Sources, load_source
 from pipelines.store.database import Home, Store
@@ -151,6 +151,13 @@ def test_a_reingest_reads_its_file_with_the_source_that_takes_it_today(tmp_path)
         (again,) = reingest(store, home, Sources.from_dict(fixed), {"trip"}, ["trips/2026/t1"], T + 1)
         assert (again.batch_id, again.records, again.malformed, again.stream_types) == (
             "trips/2026/t1@reingest-5", 1, 0, {"trip": 1})  # the trips source's mapping, not the payments one
+        (home.landing / "trips" / "2026" / "t2.jsonl").write_text(no_city + "\n{oops\n")  # a line undelivered
+        ingest_landing(store, home, Sources.from_dict(fixed), T + 2)
+        with pytest.raises(ReingestRefused) as refused:  # today no source takes the file
+            reingest(store, home, Sources.from_dict({"sources": [PAYMENTS]}), {"trip"}, ["trips/2026/t2"], T + 3)
+        assert str(refused.value) == (
+            "batch 'trips/2026/t2' cannot be read with the new mapping: no source of source.json takes this file "
+            "(they take 1: match 'payments-*.jsonl'); add one whose `match` or `folder` takes it")
 
 
 def test_with_one_mapping_the_landing_folders_sub_folders_are_not_read_as_before(home):
