@@ -56,9 +56,10 @@ def test_a_landing_file_changed_after_it_was_recorded_is_set_aside_once_per_new_
         assert ingest_landing(store, home, SourceMapping(), T + 3) == []  # touched, the same content
         b1.write_text(opened("a") + "\n")  # back to the content ingested first
         assert ingest_landing(store, home, SourceMapping(), T + 4) == []
-        # another size under the recorded time (a copy that kept its source's time): the size tells it changed
-        recorded_ns = b1.stat().st_mtime_ns
-        b1.write_text(opened("a") + "\n" + dep("a", 2, 7) + "\n")
+        # another size under the newest recorded time (a copy that kept its source's time): the size tells it changed
+        (recorded_ns,) = store.con.execute("SELECT mtime_ns FROM inorder.ingest_log WHERE file_name = 'b1.jsonl' "
+                                           "ORDER BY entry_idx DESC LIMIT 1").fetchone()
+        b1.write_text(opened("a") + "\n" + dep("a", 2, 75) + "\n")
         os.utime(b1, ns=(recorded_ns, recorded_ns))
         (resized,) = ingest_landing(store, home, SourceMapping(), T + 5)
         assert (resized.status, resized.bytes) == ("rejected", b1.stat().st_size)
@@ -77,10 +78,16 @@ def test_a_file_of_several_hash_chunks_is_recorded_whole_and_an_archive_folder_i
         (first,) = ingest_landing(store, home, SourceMapping(), T)
         assert first.bytes == big.stat().st_size > 2 << 20 and _log(store, 1)[0][4] == first.bytes
         assert ingest_landing(store, home, SourceMapping(), T + 1) == []
-        home.archived(2).parent.mkdir()
+        os.utime(big, ns=(big.stat().st_atime_ns, big.stat().st_mtime_ns + 10**9))  # touched: hashed again, the same
+        assert ingest_landing(store, home, SourceMapping(), T + 1) == []
+        with big.open("a") as more:
+            more.write(dep("a", 30_000, 5) + "\n")
+        (changed,) = ingest_landing(store, home, SourceMapping(), T + 1)  # set aside, at its whole new size
+        assert (changed.entry_idx, changed.status, changed.bytes) == (2, "rejected", big.stat().st_size)
+        home.archived(3).parent.mkdir()
         (home.landing / "b2.jsonl").write_text(opened("b") + "\n")
         (second,) = ingest_landing(store, home, SourceMapping(), T + 2)
-        assert (second.entry_idx, second.status) == (2, "archived") and home.archived(2).is_file()
+        assert (second.entry_idx, second.status) == (3, "archived") and home.archived(3).is_file()
 
 
 def test_a_recorded_file_replaced_by_a_link_out_of_the_landing_folder_is_set_aside_unread(tmp_path):
