@@ -214,8 +214,7 @@ class StreamApplier:
             else:
                 members[table.name] = AggregateIncrements(table, aggregate_sums.setdefault(table.name, {}),
                                                           self.journal)
-        self.members = members  # table name -> its handle
-        self.tables = Tables(members)
+        self.tables = Tables(members)  # table name (or declaration) -> its handle
 
     def apply(self, event: Event) -> tuple[str, BaseException | None]:
         """Returns (APPLIED | IGNORED | HANDLER_ERROR, the exception if any)."""

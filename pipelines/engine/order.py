@@ -277,7 +277,7 @@ class StreamWalk:
         if faults.ARMED:
             crash_point("order.stream_walked")
         for table in self.view.tables:
-            member = self.applier.members[table.name]
+            member = self.applier.tables[table.name]
             if table.kind == "keyed":
                 out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, list(member.rows.values())))
             elif table.kind == "append" and member.appended:

@@ -344,15 +344,16 @@ NOTES = View(name="notes", subscribes=("note",), tables=(
     Table.aggregate("note_words", key=("word",), columns={"word": Column(str)})))
 
 
+def notes_rows(con) -> dict[str, list[tuple]]:
+    return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
+
+
 def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_keys_added_to_and_nothing_else(
         tmp_path, target):
     """No Spark: a keyed, an append and an aggregate table written as commits write them, and the pass output
     (`pass_out`) in its own schema, as the walk writes it. The first publication is full; a delta for the next entry
     carries the rows of the streams the pass walked (a stream whose rows the pass deleted loses them), the rows it
     appended and the aggregate keys it added to, as absolute values; a row no pass wrote does not travel."""
-    def duck() -> dict[str, list[tuple]]:
-        return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
-
     with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES]) as store, Publisher(target) as publisher:
         con = store.con
         con.execute("INSERT INTO note_text VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')")
@@ -361,8 +362,8 @@ def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_
         con.execute("INSERT INTO note_words VALUES ('w1')")
         ledger(con, "notes", 1)
         (full,) = publisher.publish(con, [NOTES])
-        assert (full.mode, full.rows, full.entry_idx) == ("full", 8, 1) and pg_tables(target, [NOTES]) == duck()
-        before = duck()
+        before = notes_rows(con)
+        assert (full.mode, full.rows, full.entry_idx) == ("full", 8, 1) and pg_tables(target, [NOTES]) == before
         # entry 2: n1 rewritten and appended to, n2's row deleted, d1 added to and d3 new; n3 changed by no pass
         con.execute("UPDATE note_text SET text = 'a2' WHERE note_id = 'n1'")
         con.execute("DELETE FROM note_text WHERE note_id = 'n2'")
@@ -382,7 +383,7 @@ def test_a_delta_carries_the_walked_streams_the_appended_rows_and_the_aggregate_
         con.register("pass_out", pa.Table.from_pylist(walked + rows + sums, schema=output_schema([NOTES])))
         (delta,) = publisher.publish(con, [NOTES], pass_start={"notes": 2})
         assert (delta.mode, delta.rows, delta.entry_idx, delta.batch_id) == ("delta", 5, 2, "b2")
-        expected = {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}  # n3's stray write did not travel
+        expected = {**notes_rows(con), "note_text": [("n1", "a2"), ("n3", "c")]}  # n3's stray write did not travel
         assert pg_tables(target, [NOTES]) == expected and before["note_text"] != expected["note_text"]
         assert pg_published(target) == {"notes": 2}
 
@@ -396,9 +397,6 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
         con.execute("INSERT INTO inorder.watermarks (view, stream_id, last_seq, updated_entry) VALUES "
                     "('notes', ?, ?, ?)", [stream_id, entry_idx, entry_idx])
 
-    def duck() -> dict[str, list[tuple]]:
-        return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
-
     with Store.open(serving(tmp_path / "home", target).ensure(), [NOTES]) as store, Publisher(target) as publisher:
         con = store.con
         con.execute("INSERT INTO note_text VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')")
@@ -408,7 +406,7 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
             watermark(stream_id, 1)
         ledger(con, "notes", 1)
         (full,) = publisher.publish(con, [NOTES])
-        assert (full.mode, full.rows) == ("full", 8) and pg_tables(target, [NOTES]) == duck()
+        assert (full.mode, full.rows) == ("full", 8) and pg_tables(target, [NOTES]) == notes_rows(con)
         con.execute("UPDATE note_text SET text = 'a2' WHERE note_id = 'n1'")
         con.execute("INSERT INTO note_log VALUES ('n1', 2, 'edited')")
         watermark("n1", 2)
@@ -422,17 +420,13 @@ def test_a_catch_up_carries_every_table_of_the_streams_that_moved_and_whole_aggr
         (catch_up,) = publisher.publish(con, [NOTES])
         # n1's text and two log rows, n2's log row, the three aggregate rows
         assert (catch_up.mode, catch_up.rows, catch_up.entry_idx, catch_up.batch_id) == ("catch-up", 7, 3, "b3")
-        assert pg_tables(target, [NOTES]) == {**duck(), "note_text": [("n1", "a2"), ("n3", "c")]}
+        assert pg_tables(target, [NOTES]) == {**notes_rows(con), "note_text": [("n1", "a2"), ("n3", "c")]}
         assert pg_published(target) == {"notes": 3}
         watermark("n3", 4)
         ledger(con, "notes", 4)
         with Publisher(target) as again:  # a new connection checks the tables' shapes, DECIMAL's among them
             assert [(p.mode, p.rows) for p in again.publish(con, [NOTES])] == [("catch-up", 5)]
             assert again.refused == {} and again.pg.execute("SHOW application_name").fetchone() == ("inorder publish",)
-
-
-def notes_rows(con) -> dict[str, list[tuple]]:
-    return {t.name: sorted(con.execute(f'SELECT * FROM "{t.name}"').fetchall()) for t in NOTES.tables}
 
 
 def test_a_view_rebuilt_after_its_publication_is_published_whole_and_a_table_of_many_fetches_travels_whole(
