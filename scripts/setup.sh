@@ -38,14 +38,16 @@ fi
 STAMP=.venv/.inorder-setup-stamp
 WANT="$("$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(b"".join(open(f, "rb").read() for f in sys.argv[1:])).hexdigest())' \
   requirements.lock pyproject.toml)"
-if [ -x .venv/bin/python ] && [ -x .venv/bin/inorder ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ]; then
-  exit 0
+if ! { [ -x .venv/bin/python ] && [ -x .venv/bin/inorder ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ]; }; then
+  if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --upgrade pip==26.3
+  # requirements.lock pins every package (with test tools) to versions seen working together
+  .venv/bin/python -m pip install -q -r requirements.lock
+  .venv/bin/python -m pip install -q --no-deps -e .
+  echo "$WANT" > "$STAMP"
 fi
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip==26.3
-# requirements.lock pins every package (with test tools) to versions seen working together
-.venv/bin/python -m pip install -q -r requirements.lock
-.venv/bin/python -m pip install -q --no-deps -e .
-echo "$WANT" > "$STAMP"
+# Spark's classes recorded once for this Java and these jars (~/.cache/inorder): a JVM then starts in about
+# half the time (pipelines/spark/class_archive.py; about 40 s, once; a failure only warns)
+.venv/bin/python -m pipelines.spark.class_archive

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from pipelines.config import Settings
-from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J
+from pipelines.spark.class_archive import spark_home
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, driver_java_options
 
 LOOPBACK = "127.0.0.1"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -47,11 +48,6 @@ CLIENT_PREFIX = "inorder-client-"
 # a session's Python workers outlive its last run this long: the next run of the same code finds them
 # warm; a session of code that changed since is let go after it (Spark 4.3 would keep them to the end)
 SESSION_KEEP_SECONDS = 600.0
-
-
-def spark_home() -> Path:
-    """The installed pyspark package folder: a whole Spark distribution (bin/, jars/), without importing it."""
-    return Path(importlib.util.find_spec("pyspark").submodule_search_locations[0]).resolve()
 
 
 def free_port() -> int:
@@ -304,9 +300,8 @@ def _server_command(port: int, settings: Settings) -> list[str]:
             "spark.connect.grpc.binding.port": str(port),
             # runs reattach to their code version's session (pipelines/spark/session.py): it lives as long as the server
             "spark.connect.session.manager.defaultSessionTimeout": "7d"}
-    if not settings.debug:
-        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
-            f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", conf.get("spark.driver.extraJavaOptions"))))
+    conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions"),
+                                                                quiet=not settings.debug)
     argv = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS, "--name", "inorder-warm"]
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]

@@ -35,7 +35,7 @@ from pyspark.sql import SparkSession
 from pipelines import faults
 from pipelines.config import Settings
 from pipelines.spark.server import ServerFiles, ServerState, running_state, server_for_run, warm_choice
-from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, QUIET_LOG4J
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, driver_java_options
 from pipelines.store.versions import own_modules
 
 if TYPE_CHECKING:
@@ -120,9 +120,8 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     if views_folder is not None and master.startswith("local"):  # the Python workers import the view modules
         chosen["spark.executorEnv.PYTHONPATH"] = str(views_folder)  # (a cluster and a warm server get the code zip)
     quiet = not master.startswith("sc://") and not settings.debug  # a Connect session starts no JVM here
-    if quiet:  # first, so that a configuration file the user names wins
-        chosen["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
-            f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}", chosen.get("spark.driver.extraJavaOptions"))))
+    if not master.startswith("sc://"):  # a driver JVM starts here
+        chosen["spark.driver.extraJavaOptions"] = driver_java_options(chosen.get("spark.driver.extraJavaOptions"), quiet)
     for key, value in chosen.items():
         builder = builder.config(key, value)
     with pandas_notice_quiet(), _jvm_start_notices_dropped() if quiet else contextlib.nullcontext():

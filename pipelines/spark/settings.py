@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipelines.spark.class_archive import java_options
+
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -23,3 +25,8 @@ CONNECT_SESSION_CONF = {"spark.connect.session.planCache.enabled": "false"}
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
 
+def driver_java_options(user_options: str | None, quiet: bool) -> str:
+    """The driver JVM's options: the class-data archive when it was made (class_archive.py), the quiet log4j
+    configuration unless INORDER_DEBUG is set, then the user's own `spark.driver.extraJavaOptions` (last: theirs win)."""
+    quiet_log = f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}" if quiet else None
+    return " ".join(filter(None, (java_options(), quiet_log, user_options)))

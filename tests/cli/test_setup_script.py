@@ -36,11 +36,12 @@ def test_setup_installs_once_then_skips_until_the_lock_changes(tmp_path):
         assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
         return calls.read_text().splitlines()
 
+    archive = "python -m pipelines.spark.class_archive"  # made when missing for this Java and these jars
     assert setup() == ["python -m pip install -q --upgrade pip==26.3",
                        "python -m pip install -q -r requirements.lock",
-                       "python -m pip install -q --no-deps -e ."]
-    assert setup() == []  # current: nothing installed, nothing printed
+                       "python -m pip install -q --no-deps -e .", archive]
+    assert setup() == [archive]  # current: nothing installed, nothing printed
     with open(tmp_path / "requirements.lock", "a") as lock:
         lock.write("# a changed pin\n")
-    assert len(setup()) == 3
-    assert setup() == []
+    assert len(setup()) == 4
+    assert setup() == [archive]

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # where a process starts and reads its settings once: the command, the code location and its resources, the
 # warm server's supervisor (a process of its own), and the crash sweep's hooks read inside Spark's workers
 EDGES = {"inorder/cli.py", "inorder/definitions.py", "resources/__init__.py", "pipelines/config.py",
-         "pipelines/spark/server.py", "pipelines/faults.py"}
+         "pipelines/spark/server.py", "pipelines/faults.py",
+         "pipelines/spark/class_archive.py"}  # the set-up's step: its throwaway run drops the user's INORDER_*
 
 
 def shown_default(value) -> str:

@@ -1,0 +1,108 @@
+"""A class-data archive of Spark's driver JVM (Java's AppCDS), so that a JVM starts in about half the time.
+
+A cold `inorder run` starts a JVM that loads and verifies some 20,000 classes before its first pass: about a
+third of its CPU (docs/BENCHMARKS.md). `python -m pipelines.spark.class_archive` (scripts/setup.sh runs it) records
+the classes a small real run loads into an archive; every later driver JVM of this Java and these Spark jars
+maps them from it (session.py's local sessions, the warm server). The archive's name is a hash of the Java
+binary and the jars, so a JVM is only ever given an archive made for it; a missing one costs nothing but the
+speed, and Java ignores one that does not fit, silently (its `cds` log is off).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# quiet: a stale archive (Java or a jar updated in place) only costs the speed, never a line on the terminal
+QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def spark_home() -> Path:
+    """The installed pyspark package folder: a whole Spark distribution (bin/, jars/), without importing it."""
+    return Path(importlib.util.find_spec("pyspark").submodule_search_locations[0]).resolve()
+
+
+def _java() -> Path | None:
+    """The `java` that Spark's launcher runs (bin/spark-class: $JAVA_HOME/bin/java, else the one on PATH)."""
+    java_home = os.environ.get("JAVA_HOME")
+    found = str(Path(java_home, "bin", "java")) if java_home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inorder"
+
+
+def archive_path() -> Path | None:
+    """Where the archive for this Java and these jars is kept (made or not), or None when there is no Java."""
+    java, jars = _java(), spark_home() / "jars"
+    if java is None:
+        return None
+    # Java refuses an archive whose class path files changed (size or time): so does the name
+    facts = [(str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in [java, *sorted(jars.glob("*.jar"))]]
+    return cache_dir() / f"spark-classes-{hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]}.jsa"
+
+
+def java_options() -> str:
+    """The driver JVM's options that map the archive, when it was made; else none."""
+    path = archive_path()
+    return f"-XX:SharedArchiveFile={path} {QUIET_CDS}" if path is not None and path.exists() else ""
+
+
+def _wait_for_group(group: int, timeout_seconds: float) -> None:
+    """Until every process of the group has exited: the JVM writes its archive as it exits, after the command."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the JVM recording Spark's classes was still running after {timeout_seconds:.0f}s")
+
+
+def make(timeout_seconds: float = 300) -> Path | None:
+    """Make the archive unless it is there: a small demo run in a throwaway home, with a cold local JVM that
+    records the classes it loaded as it exits. Returns its path (None: no Java)."""
+    target = archive_path()
+    if target is None or target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+    with tempfile.TemporaryDirectory(prefix="inorder-class-archive-") as folder:
+        env = {name: value for name, value in os.environ.items() if not name.startswith("INORDER_")}
+        env.update(INORDER_HOME=str(Path(folder, "home")), INORDER_SPARK_WARM="0", INORDER_SPARK_CONF=json.dumps(
+            {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS}"}))
+        inorder = [sys.executable, "-m", "inorder.cli"]
+        for command in (["init"], ["generate", "--out", str(Path(folder, "home", "landing")), "--events", "300",
+                                   "--batches", "1"], ["run"]):
+            process = subprocess.Popen([*inorder, *command], env=env, cwd=folder, start_new_session=True,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, errors = process.communicate(timeout=timeout_seconds)
+            _wait_for_group(process.pid, timeout_seconds)
+            if process.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise RuntimeError(f"inorder {command[0]} failed: {errors.decode(errors='replace').strip()[-500:]}")
+    if not partial.exists():
+        raise RuntimeError("the JVM wrote no class archive")
+    partial.replace(target)  # kept beside the archives of other venvs (their jars are other files)
+    return target
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    try:
+        made = make()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # a slower start, not a broken install
+        print(f"warning: no class archive for Spark's JVM ({error}); Spark starts without it", file=sys.stderr)
+    else:
+        if made is not None and time.monotonic() - started > 1:
+            print(f"recorded Spark's classes for faster starts: {made}")
