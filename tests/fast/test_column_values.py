@@ -215,3 +215,20 @@ def test_a_sum_is_refused_exactly_when_its_column_cannot_hold_it(sql_type, total
     said = f"the sum {total} does not fit DOUBLE" if sql_type == "DOUBLE" else \
         f"the sum {total} is out of range for {sql_type}"
     assert outcome(check, total) == (("ok", None) if fits else ("reject", f"t.n: {said}"))
+
+
+def test_a_time_is_held_in_utc_whatever_the_process_local_zone(monkeypatch):
+    """A TIMESTAMPTZ value comes back in UTC on a machine set to another zone too (the tests' machines run in UTC,
+    where the local zone and UTC cannot be told apart)."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/Sao_Paulo")
+    time.tzset()
+    try:
+        convert = column_converter("TIMESTAMPTZ", True, "t.c")
+        for value in (datetime(2026, 3, 1, 9, 0, tzinfo=timezone(timedelta(hours=5))), "2026-03-01T09:00:00+05:00"):
+            got = convert(value)
+            assert got == datetime(2026, 3, 1, 4, 0, tzinfo=timezone.utc) and got.utcoffset() == timedelta(0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
