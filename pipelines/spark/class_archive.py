@@ -52,9 +52,14 @@ def archive_path() -> Path | None:
 
 
 def java_options() -> str:
-    """The driver JVM's options that map the archive, when it was made; else none."""
-    path = archive_path()
-    return f"-XX:SharedArchiveFile={path} {QUIET_CDS}" if path is not None and path.exists() else ""
+    """The driver JVM's options that map the archive, when it was made; else none (never an error: a JVM
+    starts without it, say where there is no home folder to look in)."""
+    try:
+        path = archive_path()
+        made = path is not None and path.exists()
+    except (OSError, RuntimeError):
+        return ""
+    return f"-XX:SharedArchiveFile={path} {QUIET_CDS}" if made else ""
 
 
 def _wait_for_group(group: int, timeout_seconds: float) -> None:

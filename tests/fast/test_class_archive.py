@@ -36,3 +36,9 @@ def test_another_java_or_a_changed_one_is_another_archive(tmp_path, monkeypatch)
     assert class_archive.archive_path() not in (ours, theirs)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "none"))
     assert class_archive.archive_path() is None and class_archive.java_options() == ""
+
+
+def test_no_home_folder_means_no_archive_not_an_error(monkeypatch):
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(class_archive.Path, "home", lambda: (_ for _ in ()).throw(RuntimeError("no home directory")))
+    assert class_archive.java_options() == ""
