@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from pipelines.spark.class_archive import cache_dir
 from tests.command import INORDER, REPO, clean_environment, inorder
 from tests.helpdesk_views import HELPDESK
 
@@ -133,6 +134,7 @@ def test_the_readme_tutorial_runs_as_written(tmp_path):
                  "occurred_at": "2026-11-03T09:00:00+00:00"}
     (user / "exports" / "shipments-001.jsonl").write_text(f"{json.dumps(delivered)}\n{json.dumps(sent)}\n")
     shell_env = {k: v for k, v in clean_environment(as_a_user=True).items() if k != "PYTHONPATH"}
+    shell_env.setdefault("XDG_CACHE_HOME", str(cache_dir().parent))  # the machine's, with the set-up's class archive
     done = subprocess.run(["bash", "-euc", step3], cwd=REPO, env={**shell_env, "HOME": str(user)},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
