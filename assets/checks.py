@@ -11,7 +11,7 @@ from assets.ingest import FILE_NOT_REJECTED, file_verdict, rejection_next_step
 from assets.partitions import BATCHES
 from pipelines.observe import checks
 from pipelines.observe.health import rejected_after
-from pipelines.observe.checks import CheckOutcome, Markdown, ViewCheck
+from pipelines.observe.checks import CheckOutcome, Markdown
 from pipelines.store.database import Store
 from pipelines.view import View
 from assets.schedules import TICK_INTERVAL
@@ -41,31 +41,7 @@ def check_result(outcome: CheckOutcome, **key: object) -> dg.AssetCheckResult:
                                metadata={name: _metadata_value(v) for name, v in outcome.metadata.items()}, **key)
 
 
-def _evaluated(view_check: ViewCheck, view: View, store: Store) -> dg.AssetCheckResult:
-    key = {"asset_key": dg.AssetKey(view.name), "check_name": view_check.name}
-    try:
-        return check_result(view_check.evaluate(store, view), **key)
-    except Exception as error:  # the check could not be evaluated: it fails, with the reason
-        return dg.AssetCheckResult(passed=False, description=f"the check raised {type(error).__name__}: {error}", **key)
-
-
-def view_checks(view: View) -> dg.AssetChecksDefinition:
-    """The view's checks as one step: a run evaluates them on one read-only open of the store (a step and an
-    open per check took seconds of a small run). Each can still be run alone (subsettable), and a check
-    that raises fails alone, saying why, without taking the others down."""
-    evaluated = {c.name: c for c in checks.view_checks(TICK_INTERVAL)}
-    specs = [dg.AssetCheckSpec(c.name, asset=view.name, description=c.describe(view), blocking=c.blocking)
-             for c in evaluated.values()]
-
-    @dg.multi_asset_check(specs=specs, can_subset=True, name=f"{view.name}_checks")
-    def _view_checks(context: dg.AssetCheckExecutionContext, home: HomeResource) -> Iterator[dg.AssetCheckResult]:
-        selected = {key.name for key in context.selected_asset_check_keys}
-        with home.open_reader() as store:
-            for name, view_check in evaluated.items():
-                if name in selected:
-                    yield _evaluated(view_check, view, store)
-
-    return _view_checks
+Evaluate = Callable[[dg.AssetCheckExecutionContext, Store], CheckOutcome]
 
 
 def _checked_up_to(context: dg.AssetCheckExecutionContext, key: dg.AssetCheckKey) -> int:
@@ -78,15 +54,53 @@ def _checked_up_to(context: dg.AssetCheckExecutionContext, key: dg.AssetCheckKey
 
 
 def _since_last_evaluation(key: dg.AssetCheckKey, description: str,
-                           evaluate: Callable[..., CheckOutcome]) -> dg.AssetChecksDefinition:
+                           evaluate: Callable[..., CheckOutcome]) -> tuple[dg.AssetCheckSpec, Evaluate]:
     """A check on `event_batches` of what the ingest log holds since the check last ran."""
-    @dg.asset_check(asset=key.asset_key, name=key.name, description=description)
-    def _check(context: dg.AssetCheckExecutionContext, home: HomeResource) -> dg.AssetCheckResult:
-        after = _checked_up_to(context, key)
-        with home.open_reader() as store:
-            return check_result(evaluate(store.con, after))
+    return (dg.AssetCheckSpec(key.name, asset=key.asset_key, description=description),
+            lambda context, store: evaluate(store.con, _checked_up_to(context, key)))
 
-    return _check
+
+def _evaluations(views: Sequence[View]) -> dict[dg.AssetCheckKey, tuple[dg.AssetCheckSpec, Evaluate]]:
+    """Each view's checks, then those of `event_batches` that read the ingest log since they last ran: no new
+    rejected files, no new unrouted records (for these views)."""
+    found = {}
+    for view in views:
+        for c in checks.view_checks(TICK_INTERVAL):
+            found[dg.AssetCheckKey(dg.AssetKey(view.name), c.name)] = (
+                dg.AssetCheckSpec(c.name, asset=view.name, description=c.describe(view), blocking=c.blocking),
+                lambda context, store, c=c, view=view: c.evaluate(store, view))
+    found[NO_NEW_REJECTED] = _since_last_evaluation(
+        NO_NEW_REJECTED, "No landing file was rejected (unreadable, clashing or changed) since this check last ran",
+        checks.no_new_rejected_files)
+    found[NO_NEW_UNROUTED] = _since_last_evaluation(
+        NO_NEW_UNROUTED, "Every record of the batches archived since this check last ran is of a stream type some "
+                         "view subscribes to (warns otherwise: a source.json that maps them wrong, most likely)",
+        lambda con, after: checks.no_new_unrouted_records(con, after, views))
+    return found
+
+
+def store_checks(views: Sequence[View]) -> dg.AssetChecksDefinition:
+    """Every check the store answers as one step: a run evaluates those it selected on one read-only open of the
+    store (a step and an open per view, or per check, took seconds of a small run: each step is several rows of
+    Dagster's event log). Each can still be run alone (subsettable), and a check that raises fails alone, saying
+    why, without taking the others down."""
+    evaluations = _evaluations(views)
+
+    @dg.multi_asset_check(specs=[spec for spec, _ in evaluations.values()], can_subset=True, name="store_checks")
+    def _store_checks(context: dg.AssetCheckExecutionContext, home: HomeResource) -> Iterator[dg.AssetCheckResult]:
+        selected = context.selected_asset_check_keys
+        with home.open_reader() as store:
+            for key, (_, evaluate) in evaluations.items():
+                if key in selected:
+                    where = {"asset_key": key.asset_key, "check_name": key.name}
+                    try:
+                        result = check_result(evaluate(context, store), **where)
+                    except Exception as error:  # the check could not be evaluated: it fails, with the reason
+                        result = dg.AssetCheckResult(passed=False, **where,
+                                                     description=f"the check raised {type(error).__name__}: {error}")
+                    yield result
+
+    return _store_checks
 
 
 def _file_not_rejected() -> dg.AssetChecksDefinition:
@@ -111,18 +125,6 @@ def _file_not_rejected() -> dg.AssetChecksDefinition:
     return file_not_rejected
 
 
-def ingest_checks(views: Sequence[View]) -> list[dg.AssetChecksDefinition]:
-    """The checks of `event_batches`: no new rejected files; no unrouted records (for these views); each
-    partition's file not rejected."""
-    return [_file_not_rejected(),
-        _since_last_evaluation(NO_NEW_REJECTED, "No landing file was rejected (unreadable, clashing or changed) "
-                               "since this check last ran", checks.no_new_rejected_files),
-        _since_last_evaluation(NO_NEW_UNROUTED, "Every record of the batches archived since this check last ran is of "
-                               "a stream type some view subscribes to (warns otherwise: a source.json that maps them "
-                               "wrong, most likely)", lambda con, after: checks.no_new_unrouted_records(con, after, views)),
-    ]
-
-
 def build_checks(views: Sequence[View]) -> list[dg.AssetChecksDefinition]:
-    """Every check of the code location, for these views."""
-    return [view_checks(view) for view in views] + ingest_checks(views)
+    """Every check of the code location, for these views: the store's, and each ingest partition's own."""
+    return [store_checks(views), _file_not_rejected()]

@@ -122,7 +122,7 @@ def _verdicts(context: dg.AssetExecutionContext, keys: Sequence[str], metadata: 
         asset_key=context.asset_key, asset_partitions=list(keys)), limit=len(keys)).records
     targets = {}
     for record in materialised:  # newest first
-        if record.run_id == context.run_id:
+        if record.run_id == context.run.run_id:
             targets.setdefault(record.partition_key, AssetCheckEvaluationTargetMaterializationData(
                 storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp))
     for key in keys:

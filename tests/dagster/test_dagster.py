@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from assets import build_layer
-from assets.checks import view_checks
+from assets.checks import store_checks
 from assets.ingest import FILE_NOT_REJECTED
 from assets.tags import NOW_TAG, RANGE_END_TAG, RANGE_START_TAG, TICK_TAG
 from inorder.definitions import build_definitions
@@ -189,7 +189,7 @@ def projected_home(spark, tmp_path) -> Home:
 
 def _run_check(home: Home, view: str | View, name: str) -> dg.AssetCheckResult:
     view = view if isinstance(view, View) else view_named(BANK_VIEWS, view)
-    checks = view_checks(view)
+    checks = store_checks([view])
     result = dg.materialize([projections, checks], selection=dg.AssetSelection.checks(dg.AssetCheckKey(
                                 dg.AssetKey(view.name), name)),
                             resources=resources_for(home), raise_on_error=False)
@@ -403,7 +403,7 @@ def _rebuild_in_dagster(home: Home, view: str) -> dg.ExecuteInProcessResult:
     from assets.views import REBUILD_CONFIG
 
     assert LAYER.jobs.rebuild.config == REBUILD_CONFIG  # the job runs the same config
-    checks = view_checks(view_named(BANK_VIEWS, view))
+    checks = store_checks([view_named(BANK_VIEWS, view)])
     return dg.materialize([projections, checks],
                           selection=dg.AssetSelection.assets(view) | dg.AssetSelection.checks_for_assets(view),
                           run_config=REBUILD_CONFIG, resources=resources_for(home), raise_on_error=False)
@@ -541,8 +541,7 @@ def verdicts_judge_the_newest_materialisations(instance: dg.DagsterInstance) -> 
 
 
 def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turns_red(tmp_path):
-    no_new_rejected_files = next(c for c in ALL_CHECKS if c.check_keys == {dg.AssetCheckKey(
-        dg.AssetKey("event_batches"), "no_new_rejected_files")})
+    no_new_rejected_files = dg.AssetCheckKey(dg.AssetKey("event_batches"), "no_new_rejected_files")
 
     home = Home(tmp_path / "home").ensure()
     (home.landing / "good.jsonl").write_text('{"stream_id": "a", "seq": 1, "type": "AccountOpened"}\n')
@@ -552,8 +551,9 @@ def test_a_rejected_batch_fails_its_partition_with_its_reason_and_the_check_turn
     instance.add_dynamic_partitions("event_batches", ["good", "bad", "later"])
 
     def ingest(key: str) -> dg.ExecuteInProcessResult:
-        return dg.materialize([event_batches, no_new_rejected_files], partition_key=key, instance=instance,
-                              resources=resources_for(home), raise_on_error=False)
+        return dg.materialize([event_batches, projections, *ALL_CHECKS], partition_key=key, instance=instance,
+                              selection=dg.AssetSelection.assets(event_batches) | dg.AssetSelection.checks(
+                                  no_new_rejected_files), resources=resources_for(home), raise_on_error=False)
 
     assert ingest("good").success
     bad = ingest("bad")
