@@ -41,7 +41,9 @@ def check_result(outcome: CheckOutcome, **key: object) -> dg.AssetCheckResult:
                                metadata={name: _metadata_value(v) for name, v in outcome.metadata.items()}, **key)
 
 
-Evaluate = Callable[[dg.AssetCheckExecutionContext, Store], CheckOutcome]
+# a check made ready in the run's context (what it reads of Dagster's history, before the store is opened), then
+# evaluated on the store
+Prepare = Callable[[dg.AssetCheckExecutionContext], Callable[[Store], CheckOutcome]]
 
 
 def _checked_up_to(context: dg.AssetCheckExecutionContext, key: dg.AssetCheckKey) -> int:
@@ -54,13 +56,16 @@ def _checked_up_to(context: dg.AssetCheckExecutionContext, key: dg.AssetCheckKey
 
 
 def _since_last_evaluation(key: dg.AssetCheckKey, description: str,
-                           evaluate: Callable[..., CheckOutcome]) -> tuple[dg.AssetCheckSpec, Evaluate]:
+                           evaluate: Callable[..., CheckOutcome]) -> tuple[dg.AssetCheckSpec, Prepare]:
     """A check on `event_batches` of what the ingest log holds since the check last ran."""
-    return (dg.AssetCheckSpec(key.name, asset=key.asset_key, description=description),
-            lambda context, store: evaluate(store.con, _checked_up_to(context, key)))
+    def prepare(context: dg.AssetCheckExecutionContext) -> Callable[[Store], CheckOutcome]:
+        after = _checked_up_to(context, key)
+        return lambda store: evaluate(store.con, after)
+
+    return dg.AssetCheckSpec(key.name, asset=key.asset_key, description=description), prepare
 
 
-def _evaluations(views: Sequence[View]) -> dict[dg.AssetCheckKey, tuple[dg.AssetCheckSpec, Evaluate]]:
+def _evaluations(views: Sequence[View]) -> dict[dg.AssetCheckKey, tuple[dg.AssetCheckSpec, Prepare]]:
     """Each view's checks, then those of `event_batches` that read the ingest log since they last ran: no new
     rejected files, no new unrouted records (for these views)."""
     found = {}
@@ -68,7 +73,7 @@ def _evaluations(views: Sequence[View]) -> dict[dg.AssetCheckKey, tuple[dg.Asset
         for c in checks.view_checks(TICK_INTERVAL):
             found[dg.AssetCheckKey(dg.AssetKey(view.name), c.name)] = (
                 dg.AssetCheckSpec(c.name, asset=view.name, description=c.describe(view), blocking=c.blocking),
-                lambda context, store, c=c, view=view: c.evaluate(store, view))
+                lambda context, c=c, view=view: lambda store: c.evaluate(store, view))
     found[NO_NEW_REJECTED] = _since_last_evaluation(
         NO_NEW_REJECTED, "No landing file was rejected (unreadable, clashing or changed) since this check last ran",
         checks.no_new_rejected_files)
@@ -88,17 +93,17 @@ def store_checks(views: Sequence[View]) -> dg.AssetChecksDefinition:
 
     @dg.multi_asset_check(specs=[spec for spec, _ in evaluations.values()], can_subset=True, name="store_checks")
     def _store_checks(context: dg.AssetCheckExecutionContext, home: HomeResource) -> Iterator[dg.AssetCheckResult]:
-        selected = context.selected_asset_check_keys
+        ready = {key: prepare(context) for key, (_, prepare) in evaluations.items()
+                 if key in context.selected_asset_check_keys}
         with home.open_reader() as store:
-            for key, (_, evaluate) in evaluations.items():
-                if key in selected:
-                    where = {"asset_key": key.asset_key, "check_name": key.name}
-                    try:
-                        result = check_result(evaluate(context, store), **where)
-                    except Exception as error:  # the check could not be evaluated: it fails, with the reason
-                        result = dg.AssetCheckResult(passed=False, **where,
-                                                     description=f"the check raised {type(error).__name__}: {error}")
-                    yield result
+            for key, evaluate in ready.items():
+                where = {"asset_key": key.asset_key, "check_name": key.name}
+                try:
+                    result = check_result(evaluate(store), **where)
+                except Exception as error:  # the check could not be evaluated: it fails, with the reason
+                    result = dg.AssetCheckResult(passed=False, **where,
+                                                 description=f"the check raised {type(error).__name__}: {error}")
+                yield result
 
     return _store_checks
 
