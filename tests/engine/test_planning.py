@@ -50,6 +50,8 @@ def test_a_sketch_counts_exactly_up_to_its_size_and_estimates_a_union_beyond():
     assert 90_000 <= big.streams <= 110_000  # not 120,000: the 20,000 streams of both count once
     assert sketch(ids(0, 60_000)).streams == 60_000  # a batch's own count is exact
     assert small.union(StreamSketch(unsketched=30)).streams == 230  # a count without a sketch adds up
+    # a small side unioned into a larger one that holds it: the estimate (below 60,000 here) is floored at the larger
+    assert sketch(ids(0, 59_000)).union(sketch(ids(0, 60_000))).streams == 60_000
 
 
 def test_batches_of_the_same_streams_share_a_pass_and_new_streams_cut_it():
@@ -68,6 +70,7 @@ def test_pairs_count_each_view_that_walks_a_stream():
 def test_records_still_cut_passes():
     same = [batch(i, 400, accounts=ids(0, 10)) for i in range(1, 6)]
     assert [len(p.entries) for p in cut_passes(same, PassBounds(records=1000))] == [2, 2, 1]
+    assert [len(p.entries) for p in cut_passes(same, PassBounds(records=800))] == [2, 2, 1]  # at the bound: within it
 
 
 def test_a_batch_over_the_bound_makes_a_pass_that_only_entries_adding_nothing_join():
