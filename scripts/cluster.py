@@ -25,8 +25,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.spark.class_archive import spark_home
 from pipelines.spark.server import LOOPBACK as HOST
-from pipelines.spark.server import free_port, group_alive, port_open, spark_home
+from pipelines.spark.server import free_port, group_alive, port_open
 
 SPARK_HOME = spark_home()
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

@@ -10,11 +10,13 @@ speed, and Java ignores one that does not fit, silently (its `cds` log is off).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,7 +65,7 @@ def java_options() -> str:
 
 
 def _wait_for_group(group: int, timeout_seconds: float) -> None:
-    """Until every process of the group has exited: the JVM writes its archive as it exits, after the command."""
+    """Until every process of the group has exited."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         try:
@@ -82,24 +84,36 @@ def make(timeout_seconds: float = 300) -> Path | None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
-    with tempfile.TemporaryDirectory(prefix="inorder-class-archive-") as folder:
-        env = {name: value for name, value in os.environ.items() if not name.startswith("INORDER_")}
-        env.update(INORDER_HOME=str(Path(folder, "home")), INORDER_SPARK_WARM="0", INORDER_SPARK_CONF=json.dumps(
-            {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS}"}))
-        inorder = [sys.executable, "-m", "inorder.cli"]
-        for command in (["init"], ["generate", "--out", str(Path(folder, "home", "landing")), "--events", "300",
-                                   "--batches", "1"], ["run"]):
-            process = subprocess.Popen([*inorder, *command], env=env, cwd=folder, start_new_session=True,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            _, errors = process.communicate(timeout=timeout_seconds)
-            _wait_for_group(process.pid, timeout_seconds)
-            if process.returncode != 0:
-                partial.unlink(missing_ok=True)
-                raise RuntimeError(f"inorder {command[0]} failed: {errors.decode(errors='replace').strip()[-500:]}")
-    if not partial.exists():
-        raise RuntimeError("the JVM wrote no class archive")
-    partial.replace(target)  # kept beside the archives of other venvs (their jars are other files)
+    try:
+        with tempfile.TemporaryDirectory(prefix="inorder-class-archive-") as folder:
+            env = {name: value for name, value in os.environ.items() if not name.startswith("INORDER_")}
+            env.update(INORDER_HOME=str(Path(folder, "home")), INORDER_SPARK_WARM="0", INORDER_SPARK_CONF=json.dumps(
+                {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS}"}))
+            for command in (["init"], ["generate", "--out", str(Path(folder, "home", "landing")), "--events", "300",
+                                       "--batches", "1"], ["run"]):
+                _run_to_its_end([sys.executable, "-m", "inorder.cli", *command], env, folder, timeout_seconds)
+        if not partial.exists():
+            raise RuntimeError("the JVM wrote no class archive")
+        partial.replace(target)  # kept beside the archives of other venvs (their jars are other files)
+    finally:  # a failed or timed-out attempt leaves no partial file in the cache
+        partial.unlink(missing_ok=True)
     return target
+
+
+def _run_to_its_end(argv: list[str], env: dict[str, str], cwd: str, timeout_seconds: float) -> None:
+    """Run `argv` in a process group of its own and wait for the whole group (the JVM writes its archive as it
+    exits, after the command); a group still running at the timeout is killed."""
+    process = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    try:
+        _, errors = process.communicate(timeout=timeout_seconds)
+        _wait_for_group(process.pid, timeout_seconds)
+    except (subprocess.TimeoutExpired, TimeoutError):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    if process.returncode != 0:
+        raise RuntimeError(f"inorder {argv[3]} failed: {errors.decode(errors='replace').strip()[-500:]}")
 
 
 if __name__ == "__main__":
