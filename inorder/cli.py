@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
+from inorder.terminal import say
 from pipelines import faults
 from pipelines.config import Settings
 from pipelines.engine.outcomes import COUNTED, OPERATOR_KINDS
@@ -251,10 +252,13 @@ def _add_views(home: Home, views, names: list[str]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from inorder.dagster_runs import run_through_dagster
-
     views = _views(args)
     home = _home(args)
+    notice = spark_server.start_ahead(spark_server.ServerFiles.of(home.root), home.settings)
+    if notice:
+        say(notice)
+    from inorder.dagster_runs import run_through_dagster
+
     if args.add_views:
         _add_views(home, views, args.add_views)
     subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)

@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -212,6 +213,39 @@ def warm_choice(running: ServerState | None, settings: Settings) -> str:
     if not settings.spark_warm:
         return "local"
     return "replace" if running is not None else "start"
+
+
+def start_notice(choice: str, settings: Settings) -> str:
+    """What a run says when it starts (or replaces) the home's server: the first run of a home says it once."""
+    starting = {"replace": "replacing the Spark server of another inorder or venv", "start": "starting a Spark server"}
+    return (f"{starting[choice]} for this home; it stops after {settings.spark_idle_minutes:g} minutes idle "
+            "(INORDER_SPARK_IDLE_MINUTES; `inorder spark stop` stops it now)…")
+
+
+_STARTING_AHEAD: set[Path] = set()  # the server folders this process is starting in a thread (start_ahead)
+
+
+def start_ahead(files: ServerFiles, settings: Settings) -> str | None:
+    """For a run that will open a session on the home's server when none of its build is up: start it now, in a
+    thread of this process, while the run imports Dagster and plans (a JVM start takes seconds, the imports and
+    planning as long, on another core). The run's own server_for_run then queues on the start lock and finds the
+    server up; a start that failed here is tried again, and reported, there. The notice to print, or None."""
+    choice = "local" if settings.spark_master else warm_choice(running_state(files), settings)
+    if choice not in ("start", "replace"):
+        return None
+
+    def attempt() -> None:
+        with contextlib.suppress(Exception):
+            start(files, settings.spark_idle_minutes * 60)
+        _STARTING_AHEAD.discard(files.folder)
+
+    _STARTING_AHEAD.add(files.folder)
+    threading.Thread(target=attempt, daemon=True, name="inorder-spark-start").start()
+    return start_notice(choice, settings)
+
+
+def started_ahead(files: ServerFiles) -> bool:
+    return files.folder in _STARTING_AHEAD
 
 
 def server_for_run(files: ServerFiles, settings: Settings) -> ServerState | None:

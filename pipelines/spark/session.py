@@ -34,7 +34,8 @@ from pyspark.sql import SparkSession
 
 from pipelines import faults
 from pipelines.config import Settings
-from pipelines.spark.server import ServerFiles, ServerState, running_state, server_for_run, warm_choice
+from pipelines.spark.server import (ServerFiles, ServerState, running_state, server_for_run, start_notice,
+                                    started_ahead, warm_choice)
 from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, driver_java_options
 from pipelines.store.versions import own_modules
 
@@ -218,9 +219,9 @@ def starting_line(home: "Home") -> str | None:
         return f"opening a session on the warm Spark server ({warm.endpoint})…"
     if choice == "local":
         return "starting Spark (local[*])…"
-    starting = {"replace": "replacing the Spark server of another inorder or venv", "start": "starting a Spark server"}
-    return (f"{starting[choice]} for this home; it stops after {settings.spark_idle_minutes:g} minutes idle "
-            "(INORDER_SPARK_IDLE_MINUTES; `inorder spark stop` stops it now)…")
+    if started_ahead(ServerFiles.of(home.root)):
+        return "waiting for the Spark server this run is starting…"
+    return start_notice(choice, settings)
 
 
 def mark_used(spark: SparkSession) -> None:
