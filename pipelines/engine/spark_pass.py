@@ -27,8 +27,8 @@ from pipelines.engine.pass_data import SUMMARY_COLUMNS, InputKind, output_schema
 from pipelines.engine.planning import PassPlan
 from pipelines.engine.routing import select_views
 from pipelines.message import Message
-from pipelines.spark.session import (archive_shared, files_shared, mark_used, pandas_notice_quiet, ship_code,
-                                    shuffle_partitions)
+from pipelines.spark.session import (archive_shared, files_shared, mark_used, pandas_notice_quiet, read_parquet,
+                                    ship_code, shuffle_partitions)
 from pipelines.store.database import Home, Store
 from pipelines.store.layout import LIVE, Layout
 from pipelines.view import View
@@ -54,7 +54,7 @@ def archived_messages(spark: SparkSession, files: list[str], home: Home) -> Data
     reach them (a local session, or INORDER_ARCHIVE_SHARED=1); otherwise the driver reads them and
     ships them with the query, so a remote cluster or Spark Connect server needs no access to the archive."""
     if archive_shared(spark, home.settings):
-        return spark.read.parquet(*files)
+        return read_parquet(spark, files)
     table = pa.concat_tables([pq.read_table(f, columns=MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA) for f in files])
     return spark.createDataFrame(table)
 
@@ -138,7 +138,7 @@ def _order_and_apply_in_spark(spark: SparkSession, home: Home, views: list[View]
         check_shipped(shipped_bytes(inputs, files), home.settings.ship_limit_mb << 20)
     frames = []
     if inputs is not None:
-        state = spark.read.parquet(str(inputs.path)) if shared else spark.createDataFrame(pq.read_table(inputs.path))
+        state = read_parquet(spark, [str(inputs.path)]) if shared else spark.createDataFrame(pq.read_table(inputs.path))
         check_inputs_columns(state.columns, inputs)
         frames.append(state)
     if files:

@@ -95,3 +95,35 @@ def test_the_walk_gets_empty_lists_where_its_input_has_none(spark):
         {"stream_id": "b", "skipped": [{"x": 1}], "seqs": [], "name": "t"}]
     assert [(f.name, f.dataType) for f in spark_pass._no_null_lists(frame).schema] == [
         (f.name, f.dataType) for f in frame.schema]
+
+
+def test_a_pass_read_takes_the_schema_spark_inferred_for_the_same_footer_and_infers_again_for_another(
+        spark, tmp_path):
+    """read_parquet: Spark's schema inference is a job of its own; a file whose footer the session read
+    before is read with the schema Spark gave it then (no job), and another footer is inferred afresh."""
+    def write(name: str, times: pa.Array) -> str:
+        path = tmp_path / name
+        pq.write_table(pa.table({"stream_id": ["a"], "at": times, "n": [1]}), path)
+        return str(path)
+
+    moment = datetime(2026, 11, 29, tzinfo=timezone.utc)
+    utc = [write(f"utc-{i}.parquet", pa.array([moment], pa.timestamp("us", tz="UTC"))) for i in range(2)]
+    naive = write("naive.parquet", pa.array([moment.replace(tzinfo=None)], pa.timestamp("us")))
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs_of(path: str, group: str):
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            frame = spark_pass.read_parquet(spark, [path])
+            frame.schema  # noqa: B018 - a schema Spark must infer is inferred here
+        finally:
+            spark.sparkContext.setJobGroup("", "")
+        return frame, len(tracker.getJobIdsForGroup(group))
+
+    first, first_jobs = jobs_of(utc[0], "first")
+    again, again_jobs = jobs_of(utc[1], "again")
+    other, other_jobs = jobs_of(naive, "other")
+    assert first_jobs >= 1 and again_jobs == 0 and other_jobs >= 1
+    assert again.schema == first.schema == spark.read.parquet(utc[1]).schema
+    assert other.schema == spark.read.parquet(naive).schema != first.schema
+    assert again.collect()[0]["at"] == first.collect()[0]["at"]
