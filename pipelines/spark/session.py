@@ -310,18 +310,18 @@ def read_parquet(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """`spark.read.parquet(*paths)`, given the schema Spark inferred the last time this session read a file with
     the same footer (the first path's columns and key-value metadata, read here in a millisecond). Spark infers a
     schema with a job of its own, from that footer alone: 0.15 s on a warm JVM and a second on a fresh one, for
-    each of a pass's two reads (its state and its archived messages), whose footers repeat from pass to pass."""
+    each of a pass's two reads (its state and its archived messages), whose footers repeat from pass to pass.
+    A footer seen for the first time is inferred once: the frame read with its schema is not inferred again when
+    it runs (a Spark Connect plan would be, once per analysis)."""
     footer = pq.ParquetFile(paths[0]).metadata
     columns = str(footer.schema).partition("\n")[2]  # the schema's text; its first line names the Python object
     key = (columns, tuple(sorted((footer.metadata or {}).items())))
     known = _INFERRED.get(spark)
     if known is None:
         known = _INFERRED[spark] = {}
-    if key in known:
-        return spark.read.schema(known[key]).parquet(*paths)
-    frame = spark.read.parquet(*paths)
-    known[key] = frame.schema
-    return frame
+    if key not in known:
+        known[key] = spark.read.parquet(*paths).schema
+    return spark.read.schema(known[key]).parquet(*paths)
 
 
 def shuffle_partitions(spark: SparkSession) -> int:
