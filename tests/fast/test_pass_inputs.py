@@ -61,17 +61,17 @@ def add_state(store, watermarks: dict, accounts: set[str]) -> None:
         blocked = (None if w["blocked_after_s"] is None
                    else datetime.fromtimestamp(T / 1e6 + w["blocked_after_s"], timezone.utc))
         count = pending_count(view, w)
-        con.execute("INSERT INTO inorder.watermarks (view, stream_id, updated_entry, stream_type, last_seq, blocked_at, "
-                    "blocked_since, parked, pending_count, attempts, prev_last_seq) VALUES (?, ?, 1, 'account', ?, ?, "
-                    "?, ?, ?, 0, 0)", [view, stream, w["last_seq"], w["last_seq"] + 1 if blocked else None, blocked,
-                                       w["parked"], count])
+        con.execute("INSERT INTO inorder.watermarks (view, stream_id, updated_entry, stream_type, last_seq, "
+                    "blocked_at, blocked_since, parked, pending_count, attempts, prev_last_seq) "
+                    "VALUES (?, ?, 1, 'account', ?, ?, ?, ?, ?, 0, 0)",
+                    [view, stream, w["last_seq"], w["last_seq"] + 1 if blocked else None, blocked, w["parked"], count])
         for n in range(w["pending"]):
             con.execute("INSERT INTO inorder.pending (view, stream_id, seq, entry_idx, line, batch_id, event_type, "
                         "payload, occurred_at, event_id, stream_type) VALUES (?, ?, ?, 1, ?, 'b00', 'Noted', '{}', "
                         "NULL, NULL, 'account')", [view, stream, w["last_seq"] + 2 + n, n + 1])
         for first, width in w["gaps"]:
-            con.execute("INSERT INTO inorder.gaps (view, stream_id, first_missing, last_missing, reason, "
-                        "batch_id, skipped_at, entry_idx, waited_seconds) VALUES (?, ?, ?, ?, 'timeout', 'b00', now(), 1, 0)",
+            con.execute("INSERT INTO inorder.gaps (view, stream_id, first_missing, last_missing, reason, batch_id, "
+                        "skipped_at, entry_idx, waited_seconds) VALUES (?, ?, ?, ?, 'timeout', 'b00', now(), 1, 0)",
                         [view, stream, first, first + width])
     for account in accounts:
         con.execute("INSERT INTO accounts VALUES (?, 'owner', 1.50, 'open', 1, 1)", [account])
@@ -84,19 +84,17 @@ def expected(entries: list, plan, watermarks: dict, accounts: set[str]) -> tuple
     newest = {view: max(e.t_us for e in planned) for view, planned in plan.by_view.items()}
     archived = [(idx, line, stream_type, stream, line) for idx, (kind, what) in enumerate(entries, 1) if kind == "batch"
                 for line, (stream_type, stream) in enumerate(what, 1)]  # (entry, line, type, stream, seq)
-    walks = set()
-    for view in newest:
-        walks |= {(view, s) for idx, _, t, s, _ in archived if (view, idx) in todo and t in SUBSCRIBES[view]}
-        walks |= {(view, what[1][1]) for idx, (kind, what) in enumerate(entries, 1)
-                  if kind in ("retry", "skip") and what[0] == view and (view, idx) in todo}
-        for (v, s), w in watermarks.items():
-            if v != view:
-                continue
-            count = pending_count(v, w)
-            due = (w["blocked_after_s"] is None or T + w["blocked_after_s"] * 10**6 + VIEW[v].gap_timeout_us
-                   <= newest[v] or count > VIEW[v].max_pending)
-            if count and not w["parked"] and due:
-                walks.add((v, s))
+    walks = {(view, s) for idx, _, t, s, _ in archived for view in newest
+             if (view, idx) in todo and t in SUBSCRIBES[view]}
+    walks |= {(what[0], what[1][1]) for idx, (kind, what) in enumerate(entries, 1)
+              if kind in ("retry", "skip") and (what[0], idx) in todo}
+    for (view, s), w in watermarks.items():
+        if view not in newest or w["parked"] or not pending_count(view, w):
+            continue
+        timer_due = (w["blocked_after_s"] is None
+                     or T + w["blocked_after_s"] * 10**6 + VIEW[view].gap_timeout_us <= newest[view])
+        if timer_due or pending_count(view, w) > VIEW[view].max_pending:
+            walks.add((view, s))
     states = {}
     for view, stream in walks:
         w = watermarks.get((view, stream))
