@@ -10,6 +10,7 @@ import difflib
 import importlib
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -737,6 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     except ViewSetMismatch as exc:
         print(f"inorder: refused: {exc}", file=sys.stderr)
         return WRONG_VIEWS_EXIT
+    except BrokenPipeError:  # `inorder errors | head` closed the pipe: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        return 1
     except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
         if settings.debug:
             raise

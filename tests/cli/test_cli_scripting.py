@@ -20,7 +20,7 @@ from pipelines.registry import load_views
 from pipelines.spark.session import stage_progress
 from pipelines.observe.status import blocked_streams, blocked_streams_markdown
 from pipelines.engine.outcomes import OUTCOME_COLUMNS
-from tests.command import clean_environment, inorder
+from tests.command import INORDER, clean_environment, inorder
 
 NOW = "2026-11-02T00:00:00Z"
 SHOP_VIEWS = ("customers", "order_items", "orders", "shop_daily")
@@ -107,6 +107,18 @@ def test_run_json_says_what_the_store_holds_and_the_terminal_has_only_progress_l
     assert lines and all(PROGRESS_LINE.match(line) for line in lines), run.stderr  # no JVM, log4j or Dagster lines
     assert any(line.endswith("] pass 1/1: committing") for line in lines)
     assert any("ingest 3/3 batch-00003.jsonl: archived" in line for line in lines)
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(shop):
+    """`inorder query … | head -1`: the rows past the pipe's buffer meet a closed pipe. The command stops there,
+    without an error line on the terminal and without Python's own complaint at exit."""
+    _, env, _ = shop
+    command = subprocess.Popen([INORDER, "query", "SELECT range AS n, repeat('x', 80) AS pad FROM range(100000)"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert command.stdout.read(1)  # the first row came; then the reader goes away
+    command.stdout.close()
+    assert command.wait(timeout=60) == 1
+    assert command.stderr.read() == b""
 
 
 def test_read_commands_load_no_dagster_spark_great_expectations_or_psycopg(shop):
