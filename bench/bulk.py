@@ -14,8 +14,8 @@ from bench.data import jsonl_files, land
 from bench.measure import RssSampler, timer
 from pipelines.facade import run
 from pipelines.spark.session import shuffle_partitions
-from pipelines.observe.status import open_read_only, read_status
-from pipelines.store.database import Home
+from pipelines.observe.status import read_status
+from pipelines.store.database import Home, Store
 from bench.data import BANK_VIEWS
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
@@ -37,11 +37,8 @@ def engine_run(spark: SparkSession, home_root: Path, inputs: Path, spark_start_s
     stats = report.projection
     cores = spark.sparkContext.defaultParallelism
     events = sum(r.records for r in report.ingested)
-    con = open_read_only(home)
-    try:
-        status = read_status(con, BANK_VIEWS)
-    finally:
-        con.close()
+    with Store.open_read_only(home) as store:
+        status = read_status(store.con, BANK_VIEWS)
     return {
         "events": events, "wall_s": report.seconds, "spark_start_s": spark_start_s,
         "wall_with_start_s": report.seconds + spark_start_s,

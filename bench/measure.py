@@ -8,7 +8,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from scripts.process_tree import descendants, rss_bytes, tree_rss
+from pipelines.spark.server import descendants
+from scripts.process_tree import rss_bytes, tree_rss
 
 
 class _SamplingThread:

@@ -25,7 +25,6 @@ from pyspark.sql import SparkSession
 from bench.measure import RssSampler
 from pipelines.engine.ingest import archive_path
 from pipelines.facade import project_views
-from pipelines.observe.status import open_read_only
 from pipelines.store.database import Home, Store
 from pipelines.view import View
 from bench.data import BANK_VIEWS
@@ -112,12 +111,9 @@ STEP = [
 
 def ordering_entries(home: Home) -> list[tuple[int, str, object]]:
     """(entry_idx, kind, received_at) of every archived entry, in ingest order."""
-    con = open_read_only(home)
-    try:
-        return con.execute("SELECT entry_idx, kind, received_at FROM inorder.ingest_log "
-                           "WHERE status = 'archived' ORDER BY entry_idx").fetchall()
-    finally:
-        con.close()
+    with Store.open_read_only(home) as store:
+        return store.con.execute("SELECT entry_idx, kind, received_at FROM inorder.ingest_log "
+                                 "WHERE status = 'archived' ORDER BY entry_idx").fetchall()
 
 
 def duckdb_ordering(home: Home, database: Path, view: View = ORDERING_VIEW, first_seq: int = 1) -> dict:
@@ -166,16 +162,13 @@ def inorder_ordering(spark: SparkSession, home: Home, sampler: RssSampler, view:
     with sampler.phase("ordering"):
         stats = project_views(spark, home, views, [view])
     seconds = time.perf_counter() - started
-    con = open_read_only(home)
-    try:
-        row = con.execute(
+    with Store.open_read_only(home) as store:
+        row = store.con.execute(
             """SELECT sum(selected), sum(applied + ignored + handler_error), sum(duplicate), sum(late), sum(conflict),
                       sum(gaps_skipped),
                       (SELECT count(*) FROM inorder.pending WHERE view = $1),
                       (SELECT sum(last_seq) FROM inorder.watermarks WHERE view = $1)
                FROM inorder.batches WHERE view = $1""", [view.name]).fetchone()
-    finally:
-        con.close()
     return {"wall_s": seconds, "spark_s": stats.spark_seconds, "commit_s": stats.commit_seconds,
             "counts": dict(zip(COMPARED, (int(v or 0) for v in row)))}
 

@@ -56,8 +56,7 @@ from bench.measure import RssSampler
 from bench import data
 from bench.peer import COMPARED, ORDERING_VIEW, inorder_ordering, ordering_entries
 from pipelines.engine.ingest import archive_path
-from pipelines.observe.status import open_read_only
-from pipelines.store.database import Home
+from pipelines.store.database import Home, Store
 from pipelines.view import View
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -234,22 +233,19 @@ def stream_ordering(spark: SparkSession, feed: Path, out: Path, view: View, firs
 def peer_figures(home: Home, out: Path, view: View, first_seq: int = 1) -> tuple[dict, int]:
     """The peer's totals (COMPARED) and how many streams' last_seq or pending count differ from inorder's."""
     outcomes = str(out / "outcomes" / "*.parquet").replace("'", "''")
-    con = open_read_only(home)
-    try:
-        con.execute(f"""CREATE TEMP TABLE peer AS
+    with Store.open_read_only(home) as store:
+        store.con.execute(f"""CREATE TEMP TABLE peer AS
             SELECT stream_id, {', '.join(f'sum({c}) AS {c}' for c in OUTCOMES)},
                    {int(first_seq) - 1} + sum(last_seq_delta) AS last_seq, sum(pending_delta) AS pending
             FROM read_parquet('{outcomes}') GROUP BY stream_id""")
-        totals = con.execute(f"SELECT {', '.join(f'sum({c})' for c in OUTCOMES)}, sum(pending), sum(last_seq) "
-                             "FROM peer").fetchone()
-        differing = con.execute(
+        totals = store.con.execute(f"SELECT {', '.join(f'sum({c})' for c in OUTCOMES)}, sum(pending), "
+                                   "sum(last_seq) FROM peer").fetchone()
+        differing = store.con.execute(
             """SELECT count(*) FROM peer FULL JOIN (SELECT stream_id, last_seq, pending_count
                                                   FROM inorder.watermarks WHERE view = $view) mine USING (stream_id)
                WHERE peer.last_seq IS DISTINCT FROM mine.last_seq
                   OR peer.pending IS DISTINCT FROM mine.pending_count""",
             {"view": view.name}).fetchone()[0]
-    finally:
-        con.close()
     return dict(zip(COMPARED, (int(v or 0) for v in totals))), differing
 
 
@@ -276,7 +272,7 @@ def run(spark: SparkSession, home: Home, work: Path, sampler: RssSampler, view: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench import bulk, data
+    from bench import bulk
     from pipelines.facade import ingest_batches
 
     root = Path(__file__).resolve().parents[1]

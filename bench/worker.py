@@ -17,7 +17,6 @@ from pathlib import Path
 from bench import bulk, data, freshness, incremental, peer, prior_art, state_peer, tick
 from bench.measure import RssSampler, timer
 from pipelines.facade import run
-from pipelines.store.database import Home
 from bench.data import BANK_VIEWS
 from demos.bank import GeneratorConfig, generate
 

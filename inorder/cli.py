@@ -15,6 +15,7 @@ import re
 import sys
 import time
 import tomllib
+from collections import Counter
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -205,10 +206,7 @@ def _run_document(report: CliRun, views) -> dict:
     batches = [{"batch_id": r.batch_id, "entry_idx": r.entry_idx, "status": r.status, "records": r.records,
                 "malformed": r.malformed, "rejected_reason": r.reason if r.status == "rejected" else None,
                 "unrouted": unrouted(r.stream_types, views)} for r in report.ingested]
-    by_type: dict[str, int] = {}
-    for batch in batches:
-        for stream_type, n in batch["unrouted"].items():
-            by_type[stream_type] = by_type.get(stream_type, 0) + n
+    by_type = sum((Counter(batch["unrouted"]) for batch in batches), Counter())
     stats, plan = report.projection, report.plan
     counted = {view.name: {**stats.by_view.get(view.name, {}), "streams_touched": stats.streams_touched.get(view.name, 0)}
                for view in views}
@@ -341,10 +339,11 @@ def cmd_status(args: argparse.Namespace) -> None:
         print("\n".join(format_positions(positions.entries)))
 
 
-def _known_view(args: argparse.Namespace, name: str | None) -> None:
-    """Refuse a --view that names no view of INORDER_VIEWS, listing the known ones."""
+def _known_view(args: argparse.Namespace, name: str | None, views: Sequence | None = None) -> None:
+    """Refuse a --view that names no view of INORDER_VIEWS (`views`, when the command loaded them), listing the
+    known ones."""
     if name is not None:
-        view_named(_views(args), name)
+        view_named(views or _views(args), name)
 
 
 def _print_listing(args: argparse.Namespace, counts: dict[str, int], key: str, rows: Sequence,
@@ -400,7 +399,7 @@ def _print_error_row(args: argparse.Namespace) -> None:
 
 def cmd_pending(args: argparse.Namespace) -> None:
     views = _views(args)
-    _known_view(args, args.view)
+    _known_view(args, args.view, views)
     with _store(args, views) as store:
         blocked = blocked_streams(store.con, views, args.view, args.limit)
     _print_listing(args, {"total": blocked.total, "blocked": blocked.blocked, "parked": blocked.parked,
@@ -442,7 +441,7 @@ def cmd_rebuild(args: argparse.Namespace) -> None:
 
     started = time.perf_counter()
     home, views = _store_views(args)
-    _known_view(args, args.view)
+    _known_view(args, args.view, views)
     done = rebuild_through_dagster(home, views, args.view)
     print(f"rebuilt {args.view}: {plural(done.stats.entries, 'entry', 'entries')} "
           f"replayed in {plural(done.stats.passes, 'pass', 'passes')} and swapped in, "
@@ -455,7 +454,7 @@ def cmd_checks(args: argparse.Namespace) -> None:
     from inorder.verdicts import format_verdicts, latest_verdicts
 
     home, views = _store_views(args)
-    _known_view(args, args.view)
+    _known_view(args, args.view, views)
     verdicts = latest_verdicts(home, [args.view] if args.view else [view.name for view in views],
                                ingest_log=args.view is None)
     named = {f"{v.asset}.{v.check}": v.verdict for v in verdicts if v.verdict}

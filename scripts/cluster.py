@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from pipelines.spark.class_archive import spark_home
 from pipelines.spark.server import LOOPBACK as HOST
-from pipelines.spark.server import free_port, group_alive, port_open
+from pipelines.spark.server import end_groups, free_port, group_alive, port_open
 
 SPARK_HOME = spark_home()
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -166,14 +165,7 @@ class Cluster:
         """SIGTERM every recorded process group, SIGKILL what is left after `timeout`; returns their names."""
         pids = self.state.get("pids", {})
         stopped = {name: pgid for name, pgid in pids.items() if group_alive(pgid)}
-        for pgid in stopped.values():
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while any(group_alive(pgid) for pgid in stopped.values()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for pgid in stopped.values():
-            if group_alive(pgid):
-                os.killpg(pgid, signal.SIGKILL)
+        end_groups(list(stopped.values()), timeout)
         if self.state_file.exists():
             self.state_file.unlink()
         self.state = {}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from pipelines.spark.server import descendants
+
 
 def rss_bytes(pid: int) -> int:
     try:
@@ -12,25 +14,6 @@ def rss_bytes(pid: int) -> int:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
     except (FileNotFoundError, StopIteration):
         return 0
-
-
-def descendants(pid: int) -> list[int]:
-    """Child processes, recursively (Spark's JVM and its Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def tree_rss(pid: int | None = None) -> int:

@@ -10,6 +10,7 @@ turns them into Dagster's asset check results."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
@@ -361,10 +362,7 @@ def no_new_rejected_files(con: duckdb.DuckDBPyConnection, after: int) -> CheckOu
 def no_new_unrouted_records(con: duckdb.DuckDBPyConnection, after: int, views: Sequence[View]) -> CheckOutcome:
     """Every record of the batches archived since entry `after` is of a stream type some view subscribes to."""
     found, newest = unrouted_after(con, after, views), int(newest_entry(con))
-    totals: dict[str, int] = {}
-    for batch in found:
-        for stream_type, n in batch.unrouted.items():
-            totals[stream_type] = totals.get(stream_type, 0) + n
+    totals = dict(sum((Counter(batch.unrouted) for batch in found), Counter()))
     return CheckOutcome(not found, {
         "checked_up_to_entry": newest, "unrouted_records": sum(totals.values()), "unrouted_by_stream_type": totals,
         "batches": Markdown("\n".join(f"- `{b.batch_id}` (entry {b.entry_idx}): {b.unrouted}" for b in found)

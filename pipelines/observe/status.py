@@ -13,7 +13,7 @@ from pipelines.observe.markdown import markdown_table
 from pipelines.records import select
 from pipelines.serve.publish import Positions
 from pipelines.engine.routing import describe_unrouted, subscribed_types, unrouted
-from pipelines.store.database import Home, Store, us_from_utc
+from pipelines.store.database import us_from_utc
 from pipelines.engine.outcomes import OUTCOME_COLUMNS, EntryKind
 from pipelines.store.versions import ViewVersion, read_versions, stored_view_names
 from pipelines.view import View
@@ -326,11 +326,6 @@ def describe_operator_outcome(action: str, view: str, streams: Sequence[ActedOn]
         parts.append(f"{plural(len(again), 'stream')} parked again: the retried message failed again ("
                      + _listed(again, lambda s: f"{s.stream_id} seq {s.last_seq + 1}, attempt {s.attempts}") + why + ")")
     return f"{action} of {plural(len(streams), 'parked stream')} of {view} committed: " + "; ".join(parts)
-
-
-def open_read_only(home: Home) -> duckdb.DuckDBPyConnection:
-    """A read-only connection, waiting (up to INORDER_LOCK_WAIT) while a run holds the file."""
-    return Store.open_read_only(home).con
 
 
 def plural(n: int, word: str, word_plural: str | None = None) -> str:

@@ -316,14 +316,20 @@ def stop(files: ServerFiles, wait_seconds: float = STOP_WAIT_SECONDS) -> ServerS
     if state is None or not process_alive(state.pid):
         files.state.unlink(missing_ok=True)
         return None
-    os.killpg(state.pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_seconds
-    while group_alive(state.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if group_alive(state.pid):
-        os.killpg(state.pid, signal.SIGKILL)
+    end_groups([state.pid], wait_seconds)
     files.state.unlink(missing_ok=True)
     return state
+
+
+def end_groups(pgids: list[int], wait_seconds: float) -> None:
+    """SIGTERM to each process group; SIGKILL to what is left of them after `wait_seconds`."""
+    for pgid in pgids:
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_seconds
+    while any(group_alive(pgid) for pgid in pgids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pgid in filter(group_alive, pgids):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 # --- the supervisor (python -m pipelines.spark.server FOLDER IDLE_SECONDS) ---------------------------
@@ -377,12 +383,16 @@ def end_processes(pids: Iterable[int]) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], _children(pid)
+def descendants(pid: int) -> list[int]:
+    """Child processes, recursively (Spark's JVM and its Python workers), from one read of /proc."""
+    children: dict[int, list[int]] = {}
+    for child, parent in process_parents().items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
     while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += _children(child)
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
     return found
 
 
@@ -465,7 +475,7 @@ def serve(files: ServerFiles, idle_timeout_seconds: float, build: str, settings:
 def _stop_jvm(jvm: subprocess.Popen) -> None:
     """SIGTERM (Spark's shutdown hooks stop the Python daemons), SIGKILL after 30 s; then any of its
     Python daemons and workers still there (they lead process groups of their own)."""
-    python_workers = _descendants(jvm.pid)
+    python_workers = descendants(jvm.pid)
     if jvm.poll() is None:
         jvm.terminate()
         try:
