@@ -276,3 +276,17 @@ def freshness_case(spark, work: Path, cache: Path, store_events: int, batch_even
         spark_server(home, "stop")
     shutil.rmtree(home.root, ignore_errors=True)
     return result
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store-events", type=int, default=1_000_000)
+    parser.add_argument("--batch-events", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--work", default=str(Path(__file__).resolve().parents[1] / ".inorder" / "bench"))
+    args = parser.parse_args()
+    work = Path(args.work)
+    print(json.dumps(freshness_case(data.session(), work / "scratch", work / "inputs", args.store_events,
+                                    args.batch_events, args.rounds), indent=1))
