@@ -189,9 +189,13 @@ def _store_views(args: argparse.Namespace):
     written."""
     views = _views(args)
     home = _home(args)
+    _refuse_views_the_store_does_not_hold(home, views)
+    return home, views
+
+
+def _refuse_views_the_store_does_not_hold(home: Home, views) -> None:
     if home.database.exists():
         Store.open_read_only(home, views).close()
-    return home, views
 
 
 RUN_VIEW_COUNTS = (*COUNTED, "streams_touched")
@@ -253,7 +257,8 @@ def _add_views(home: Home, views, names: list[str]) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     views = _views(args)
     home = _home(args)
-    notice = spark_server.start_ahead(spark_server.ServerFiles.of(home.root), home.settings)
+    notice = spark_server.start_ahead(spark_server.ServerFiles.of(home.root), home.settings, refuse=lambda: (
+        args.add_views or _refuse_views_the_store_does_not_hold(home, views)))  # added views: under the run lock
     if notice:
         say(notice)
     from inorder.dagster_runs import run_through_dagster

@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from pipelines.config import Settings
 from pipelines.spark.class_archive import spark_home
@@ -225,14 +225,17 @@ def start_notice(choice: str, settings: Settings) -> str:
 _STARTING_AHEAD: set[Path] = set()  # the server folders this process is starting in a thread (start_ahead)
 
 
-def start_ahead(files: ServerFiles, settings: Settings) -> str | None:
+def start_ahead(files: ServerFiles, settings: Settings, refuse: Callable[[], object] = lambda: None) -> str | None:
     """For a run that will open a session on the home's server when none of its build is up: start it now, in a
     thread of this process, while the run imports Dagster and plans (a JVM start takes seconds, the imports and
     planning as long, on another core). The run's own server_for_run then queues on the start lock and finds the
-    server up; a start that failed here is tried again, and reported, there. The notice to print, or None."""
+    server up; a start that failed here is tried again, and reported, there. The notice to print, or None.
+    `refuse` raises for a run that will be refused: it is called only when a server would start, so that a
+    refused run leaves none idling, and a run that finds one up pays nothing for it."""
     choice = "local" if settings.spark_master else warm_choice(running_state(files), settings)
     if choice not in ("start", "replace"):
         return None
+    refuse()
 
     def attempt() -> None:
         with contextlib.suppress(Exception):
