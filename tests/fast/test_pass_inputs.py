@@ -1,6 +1,6 @@
 """`load_inputs` (pipelines/engine/inputs.py, the state load) against a model written from its contract
-(docs/STORE.md, "The pass"; CONCEPTS §2–§7), with no Spark: on a store built by the ingest (tests/fast/
-test_plan_model.py) with watermarks, buffers, skipped ranges and keyed rows of its own, the planner's file holds
+(docs/STORE.md, "The pass"; CONCEPTS §2–§7), with no Spark: on a store built by the ingest (tests/
+entry_stores.py) with watermarks, buffers, skipped ranges and keyed rows of its own, the planner's file holds
 
 - a STATE row for each (view, stream) the pass walks that has a watermark or rows: the streams of the pass's
   messages, for each view that has their entry to do and subscribes to their type; an operator's target; and a
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import tempfile
 from datetime import datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -27,7 +26,7 @@ from pipelines.engine.inputs import load_inputs
 from pipelines.engine.pass_data import InputKind, row_column
 from pipelines.engine.planning import plan_passes
 from pipelines.store.database import Home
-from tests.fast.test_plan_model import SUBSCRIBES, T, VIEWS, build
+from tests.entry_stores import SUBSCRIBES, T, VIEWS, build
 from tests.profiles import examples
 
 VIEW = {v.name: v for v in VIEWS}

@@ -5,7 +5,6 @@ nothing join. Stores are small, so the sketches' counts are exact. No Spark: the
 
 from __future__ import annotations
 
-import json
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,16 +12,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.engine.ingest import ingest_landing, record_entry
-from pipelines.engine.normalise import SourceMapping
+from pipelines.engine.ingest import record_entry
 from pipelines.engine.planning import PassBounds, entries_waiting, plan_passes, views_waiting
 from pipelines.store.database import Home, Store, us_from_utc
-from tests.domains import BANK_VIEWS, SHOP_VIEWS
+from tests.entry_stores import SUBSCRIBES, VIEWS, build
 from tests.profiles import examples
 
-VIEWS = [*BANK_VIEWS, *SHOP_VIEWS]
-SUBSCRIBES = {v.name: set(v.subscribes) for v in VIEWS}
-T = 1_700_000_000_000_000
 STREAMS = st.sampled_from([("account", f"a{i}") for i in range(4)] + [("order", f"o{i}") for i in range(3)]
                           + [("customer", "c0"), ("parcel", "p0")])
 ENTRY = st.one_of(
@@ -30,27 +25,6 @@ ENTRY = st.one_of(
     st.tuples(st.just("tick"), st.just([])),
     st.tuples(st.sampled_from(["retry", "skip"]), st.tuples(st.sampled_from([v.name for v in VIEWS]), STREAMS)),
 )
-
-
-def record(stream_type: str, stream_id: str, seq: int) -> str:
-    return json.dumps({"stream_id": stream_id, "stream_type": stream_type, "seq": seq, "type": "Noted"})
-
-
-def build(home: Home, entries: list) -> Store:
-    """Each entry at its own logical time, as the ingest asset records it; returns the open store."""
-    store = Store.open(home, VIEWS)
-    for n, (kind, what) in enumerate(entries):
-        t = T + n * 1_000_000
-        if kind == "batch":
-            lines = [record(stream_type, stream_id, seq) for seq, (stream_type, stream_id) in enumerate(what, 1)]
-            (home.landing / f"b{n:02d}.jsonl").write_text("\n".join(lines) + "\n")
-            ingest_landing(store, home, SourceMapping(), t)
-        elif kind == "tick":
-            record_entry(store, "tick", t)
-        else:
-            view, (_, stream_id) = what
-            record_entry(store, kind, t, view, stream_id)
-    return store
 
 
 def model_rows(entries: list, committed: set[tuple[str, int]]) -> list[dict]:
