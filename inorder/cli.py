@@ -12,10 +12,12 @@ import json
 import logging
 import os
 import re
+import select
 import sys
 import time
 import tomllib
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -32,7 +34,7 @@ from pipelines.observe.status import (BLOCKED_HEADER, ERROR_HEADER, ERROR_KINDS,
 from pipelines.registry import load_views, view_named, views_folder_to_record
 from pipelines.serve.publish import describe, format_positions, read_positions
 from pipelines.spark import server as spark_server
-from pipelines.store.database import Home, Store
+from pipelines.store.database import Home, Store, StoreBusy
 from pipelines.store.versions import ViewSetMismatch, remove_view
 
 # Dagster and Spark take seconds to import: the commands that run them import inorder.dagster_runs (or
@@ -198,6 +200,13 @@ def _refuse_views_the_store_does_not_hold(home: Home, views) -> None:
         Store.open_read_only(home, views).close()
 
 
+def _refuse_views_early(home: Home, views) -> None:
+    """A run's refusal before it starts the Spark server ahead, so that a refused run leaves none idling. A store
+    another process holds is not waited for: the run's own check, under its run lock, refuses then."""
+    with contextlib.suppress(StoreBusy):
+        _refuse_views_the_store_does_not_hold(replace(home, file_wait_seconds=0), views)
+
+
 RUN_VIEW_COUNTS = (*COUNTED, "streams_touched")
 REFUSED_EXIT = 4  # `inorder run` projected the other views, but refused some whose tables changed
 WRONG_VIEWS_EXIT = 5  # INORDER_VIEWS names none of the store's views, or would add views to it
@@ -257,14 +266,14 @@ def _add_views(home: Home, views, names: list[str]) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     views = _views(args)
     home = _home(args)
-    notice = spark_server.start_ahead(spark_server.ServerFiles.of(home.root), home.settings, refuse=lambda: (
-        args.add_views or _refuse_views_the_store_does_not_hold(home, views)))  # added views: under the run lock
+    if args.add_views:
+        _add_views(home, views, args.add_views)
+    notice = spark_server.start_ahead(spark_server.ServerFiles.of(home.root), home.settings,
+                                      refuse=lambda: _refuse_views_early(home, views))
     if notice:
         say(notice)
     from inorder.dagster_runs import run_through_dagster
 
-    if args.add_views:
-        _add_views(home, views, args.add_views)
     subscribed = subscribed_types(views)  # the store's views are checked under the run lock (run_through_dagster)
     report = run_through_dagster(home, views, args.now)
     run = _run_document(report, views)
@@ -724,6 +733,15 @@ def _library_logs_quiet(settings: Settings) -> Iterator[None]:
         root.setLevel(level)
 
 
+def _stdout_reader_gone() -> bool:
+    """Is stdout a pipe whose reader closed it? Linux reports POLLERR on such a pipe's write end."""
+    with contextlib.suppress(ValueError, OSError):  # no file descriptor: not a pipe
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     faults.arm()  # the crash sweep's crash points (pipelines/faults.py): nothing when INORDER_CRASH_AT is unset
     args = parser().parse_args(argv)
@@ -733,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = args.settings = Settings.from_env()  # the one read of the INORDER_* variables: passed down
         with _library_logs_quiet(settings):
             args.func(args)
+            sys.stdout.flush()  # output still buffered fails here, where a reader that left is told from an error
     except SystemExit as exc:  # a command's own exit status (3, 4, 6): main returns what the process exits with
         return exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt as exc:  # RunInterrupted says what the run left for the next one
@@ -742,10 +761,10 @@ def main(argv: list[str] | None = None) -> int:
     except ViewSetMismatch as exc:
         print(f"inorder: refused: {exc}", file=sys.stderr)
         return WRONG_VIEWS_EXIT
-    except BrokenPipeError:  # `inorder errors | head` closed the pipe: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
-        return 1
     except Exception as exc:  # one clear line; INORDER_DEBUG=1 shows the traceback
+        if isinstance(exc, BrokenPipeError) and not settings.debug and _stdout_reader_gone():
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+            return 1  # quietly: `inorder errors | head` has what it wanted
         if settings.debug:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

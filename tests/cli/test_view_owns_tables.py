@@ -16,6 +16,7 @@ import pytest
 from pipelines.config import Settings
 from pipelines.facade import rename_view
 from pipelines.registry import ViewDeclarationError, load_views
+from pipelines.spark.server import ServerFiles
 from pipelines.store.database import Home, Store
 from pipelines.store.versions import ViewSetMismatch
 from tests.cli.test_home_safety import store_contents
@@ -149,6 +150,7 @@ def test_adding_a_view_whose_tables_another_stored_view_owns_is_refused_and_writ
     land(home, "rides-2.jsonl")
     before = store_contents(home / "store.duckdb")
     done = inorder(env, "run", "--add-views", "ride_trips", "--now", SECOND, code=5, cwd=views)
+    assert "Spark server" not in done.stderr and ServerFiles.of(home).read_state() is None, done.stderr
     assert done.stderr.splitlines()[-1] == (
         "inorder: refused: view ride_trips declares table trips, which the store's view rides owns: a table belongs "
         "to one view. If ride_trips is rides renamed (it declares the same tables), `inorder rename-view rides "
