@@ -232,3 +232,56 @@ def test_a_time_is_held_in_utc_whatever_the_process_local_zone(monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+
+NUMBERS = {"v_bigint": "BIGINT", "v_integer": "INTEGER", "v_double": "DOUBLE", "v_decimal": "DECIMAL(6,2)"}
+EVERY_TYPE = {**NUMBERS, "v_varchar": "VARCHAR", "v_boolean": "BOOLEAN", "v_date": "DATE",
+              "v_timestamptz": "TIMESTAMPTZ"}
+
+
+@pytest.mark.parametrize("key_type", ["VARCHAR", "BOOLEAN", "DATE", "BIGINT", "DECIMAL(6,2)", "TIMESTAMPTZ"])
+def test_a_tables_codec_holds_each_column_to_its_type_and_names_the_column(key_type):
+    """`codec_of` (pipelines/columns.py), on tables declared here: each process builds a table's codec once, and
+    every handler write goes through it: key columns refuse None, value columns keep it, number columns check their
+    sums, TIMESTAMPTZ columns are the ones given back in UTC, and each refusal names table.column."""
+    from pipelines.columns import codec_of
+    from pipelines.view import Column, SqlType, Table
+
+    totals = Table.aggregate("codec_t", {"k": Column(SqlType(key_type)),
+                                         **{c: Column(SqlType(t)) for c, t in NUMBERS.items()}}, ("k",))
+    codec = codec_of(totals)
+    assert codec_of(totals) is codec  # built once per table
+    assert codec_of(Table.aggregate("codec_t", dict(totals.columns), ("k",))) is not codec  # a declaration's own
+    assert codec.key_class is {"VARCHAR": str, "BOOLEAN": bool, "DATE": date}.get(key_type)
+    (key_converter,) = codec.key_converters
+    with pytest.raises(ValueError, match=r"^codec_t\.k is part of the primary key: it cannot be None$"):
+        key_converter(None)
+    assert set(codec.sum_checks) == set(NUMBERS)
+    for column, fits, past in (("v_bigint", (1 << 63) - 1, 1 << 63), ("v_integer", (1 << 31) - 1, 1 << 31),
+                               ("v_double", 1.5, math.inf), ("v_decimal", Decimal("9999.99"), Decimal("10000.00"))):
+        codec.sum_checks[column](fits)
+        with pytest.raises(Reject, match=rf"^codec_t\.{column}: the sum"):
+            codec.sum_checks[column](past)
+    assert codec.increment_classes == {"v_bigint": int, "v_integer": int, "v_double": float, "v_decimal": None}
+    assert codec.utc_columns == (("k",) if key_type == "TIMESTAMPTZ" else ())
+
+    rows = Table.per_stream("codec_rows", key="s", columns={c: Column(SqlType(t)) for c, t in EVERY_TYPE.items()})
+    codec = codec_of(rows)
+    assert set(codec.value_converters) == set(EVERY_TYPE) and codec.utc_columns == ("v_timestamptz",)
+    for column in EVERY_TYPE:
+        assert codec.value_converters[column](None) is None, column
+        with pytest.raises((Reject, TypeError, ValueError), match=rf"^codec_rows\.{column}\b"):
+            codec.value_converters[column](object())
+
+
+def test_a_multi_column_key_is_always_converted_column_by_column():
+    from pipelines.columns import codec_of
+    from pipelines.view import Column, Table
+
+    table = Table.aggregate("codec_two", {"day": Column(date), "shop": Column(str), "n": Column(int)}, ("day", "shop"))
+    codec = codec_of(table)
+    assert codec.key_class is None and len(codec.key_converters) == 2
+    with pytest.raises(ValueError, match=r"^codec_two\.shop is part of the primary key"):
+        codec.key_converters[1](None)
+    assert codec.key_converters[0]("2026-11-02") == date(2026, 11, 2)
