@@ -333,3 +333,13 @@ def test_a_table_is_found_by_its_declaration_an_executors_copy_of_it_its_name_an
     result_tables, errors = run(view)
     assert result_tables["things"] == [{"thing_id": "t1", "n": 7}]
     assert [(e["seq"], e["error_class"], e["message"]) for e in errors] == [(2, "bug", "'other'")]
+
+
+def get_by_the_stream_id(event, tables) -> None:
+    row = tables.things.get(event.stream_id)  # a one-column key of the class it holds: found as it is
+    tables.things.put({**row, "n": row["n"] + 1})
+
+
+def test_a_row_is_found_by_its_one_column_key():
+    tables, errors = run(misusing("found", get_by_the_stream_id))
+    assert errors == [] and [(r["thing_id"], r["n"]) for r in tables["things"]] == [("t1", 2)]
