@@ -11,7 +11,7 @@ import pytest
 from pipelines.engine import ingest
 from pipelines.engine.ingest import LogicalTimeError, archive_path, ingest_landing, record_entry
 from pipelines.engine.normalise import SourceMapping
-from pipelines.store.database import Home, Store
+from pipelines.store.database import Home, Store, utc_from_us
 from tests.builders import dep, opened
 from tests.domains import BANK_VIEWS
 
@@ -144,7 +144,11 @@ def test_a_reingest_supersedes_the_malformed_rows_of_its_lines_and_never_logs_de
         ingest_landing(store, home, SourceMapping(), T)
         assert read_errors(store.con, kind="malformed").total == 5
         (again,) = reingest(store, home, fixed, {"account"}, ["b1"], T + 1)
-        assert (again.batch_id, again.records, again.malformed) == ("b1@reingest-3", 4, 1)  # {oops is still bad
+        assert (again.batch_id, again.records, again.malformed, again.reingest_of) == ("b1@reingest-3", 4, 1, 1)
+        # the lines it carried are marked as it registers, on its own connection; each malformed row at its entry's T
+        assert store.con.execute("SELECT batch_id, line, logged_at FROM inorder.errors WHERE kind = 'malformed' "
+                                 "AND superseded_by IS NULL ORDER BY error_id").fetchall() == [
+            ("b2", 1, utc_from_us(T)), ("b1@reingest-3", 6, utc_from_us(T + 1))]  # {oops is still bad
 
     def counts() -> tuple[int, int, int, int]:
         with Store.open(home, BANK_VIEWS) as store:
