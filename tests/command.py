@@ -47,3 +47,11 @@ def inorder(env: dict[str, str], *args: str, code: int = 0, cwd: str | os.PathLi
     assert done.returncode == code, \
         f"`inorder {' '.join(args)}` exited {done.returncode}, not {code}\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def assert_started_no_server(home: str | os.PathLike, done: subprocess.CompletedProcess) -> None:
+    """A command refused before its run began: no Spark server notice on the terminal, and none recorded for the
+    home (a refused run must not leave one idling)."""
+    from pipelines.spark.server import ServerFiles
+
+    assert "Spark server" not in done.stderr and ServerFiles.of(Path(home)).read_state() is None, done.stderr

@@ -22,10 +22,9 @@ from pipelines.registry import load_views
 from pipelines.facade import reingest_batches, run
 from pipelines.observe.status import format_status, read_status, status_document
 from pipelines.serve.publish import Positions
-from pipelines.spark.server import ServerFiles
 from pipelines.config import Settings
 from pipelines.store.database import Home, Store
-from tests.command import clean_environment, inorder
+from tests.command import assert_started_no_server, clean_environment, inorder
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-02T00:00:00Z"
@@ -164,7 +163,7 @@ COMMANDS = [("run", "--now", NOW), ("status",), ("errors",), ("pending",), ("ret
 def test_every_command_refuses_views_the_store_does_not_hold_and_writes_nothing(shop_store, command):
     before = store_contents(shop_store / "store.duckdb")
     done = inorder(clean_environment(shop_store, "views", as_a_user=True), *command, code=5)
-    assert "Spark server" not in done.stderr and ServerFiles.of(shop_store).read_state() is None, done.stderr
+    assert_started_no_server(shop_store, done)
     assert done.stderr.splitlines()[-1] == (
         "inorder: refused: the store holds the views customers, order_items, orders, shop_daily, but INORDER_VIEWS "
         "loaded account_activity, accounts, daily_totals: none of them is in the store. Set INORDER_VIEWS=shop.views, "
@@ -176,7 +175,7 @@ def test_every_command_refuses_views_the_store_does_not_hold_and_writes_nothing(
 def test_views_added_to_a_store_holding_others_are_refused_unless_named(shop_store, command):
     before = store_contents(shop_store / "store.duckdb")
     done = inorder(clean_environment(shop_store, "shop.views,views", as_a_user=True), *command, code=5)
-    assert "Spark server" not in done.stderr and ServerFiles.of(shop_store).read_state() is None, done.stderr
+    assert_started_no_server(shop_store, done)
     assert done.stderr.splitlines()[-1].endswith(
         "account_activity, accounts, daily_totals would be added to it. Add them explicitly with `inorder run "
         "--add-views account_activity,accounts,daily_totals`, or leave them out of INORDER_VIEWS; nothing was written")

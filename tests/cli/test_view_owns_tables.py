@@ -16,11 +16,10 @@ import pytest
 from pipelines.config import Settings
 from pipelines.facade import rename_view
 from pipelines.registry import ViewDeclarationError, load_views
-from pipelines.spark.server import ServerFiles
 from pipelines.store.database import Home, Store
 from pipelines.store.versions import ViewSetMismatch
 from tests.cli.test_home_safety import store_contents
-from tests.command import clean_environment, inorder
+from tests.command import assert_started_no_server, clean_environment, inorder
 
 FIRST, SECOND = "2026-11-20T10:00:00Z", "2026-11-20T11:00:00Z"
 TABLES = ("trips", "driver_daily")
@@ -150,7 +149,7 @@ def test_adding_a_view_whose_tables_another_stored_view_owns_is_refused_and_writ
     land(home, "rides-2.jsonl")
     before = store_contents(home / "store.duckdb")
     done = inorder(env, "run", "--add-views", "ride_trips", "--now", SECOND, code=5, cwd=views)
-    assert "Spark server" not in done.stderr and ServerFiles.of(home).read_state() is None, done.stderr
+    assert_started_no_server(home, done)
     assert done.stderr.splitlines()[-1] == (
         "inorder: refused: view ride_trips declares table trips, which the store's view rides owns: a table belongs "
         "to one view. If ride_trips is rides renamed (it declares the same tables), `inorder rename-view rides "
