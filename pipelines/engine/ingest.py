@@ -460,7 +460,7 @@ def reingest(store: Store, home: Home, source: Source, subscribed: set[str], bat
         except RejectedFile as exc:
             raise ReingestRefused(f"batch {root!r} cannot be read with the new mapping: {exc}") from None
         lines = pa.array(sorted(carried), pa.int64())
-        kept = InspectedBatch(batch_id, inspected.messages.filter(pc.is_in(inspected.messages["line"], lines)),
+        kept = InspectedBatch(inspected.messages.filter(pc.is_in(inspected.messages["line"], lines)),
                               [m for m in inspected.malformed if m[0] in carried])
         types = stream_type_counts(kept.messages)
         if not set(types) & subscribed:

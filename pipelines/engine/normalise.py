@@ -392,7 +392,7 @@ def _inspect_json_lines(data: bytes, batch_id: str, entry_idx: int, mapping: Sou
         if len(malformed) > bad_before:  # the lines that are messages (a message is a non-empty tuple)
             lines, messages = list(compress(lines, messages)), list(filter(None, messages))
         tables.append(_message_table(batch_id, entry_idx, lines, messages))
-    return _inspected(batch_id, tables, malformed)
+    return InspectedBatch(pa.concat_tables(tables) if tables else MESSAGE_SCHEMA.empty_table(), malformed)
 
 
 def _positions_of_none(items: list) -> Iterator[int]:
@@ -527,7 +527,6 @@ CHUNK_RECORDS = 65_536  # records turned into Python objects at a time, then int
 
 @dataclass
 class InspectedBatch:
-    batch_id: str
     messages: pa.Table
     malformed: list[tuple[int, str, str]] = field(default_factory=list)  # (line, raw, reason)
 
@@ -579,7 +578,7 @@ def inspect_records(records: Iterable[tuple[int, bytes | str, tuple | Malformed]
         else:
             malformed.append((number, _raw(raw), str(message)))
     tables.append(_message_table(batch_id, entry_idx, lines, messages))
-    return _inspected(batch_id, tables, malformed)
+    return InspectedBatch(pa.concat_tables(tables), malformed)
 
 
 def _message_table(batch_id: str, entry_idx: int, lines: Sequence[int], messages: list[tuple]) -> pa.Table:
@@ -589,8 +588,3 @@ def _message_table(batch_id: str, entry_idx: int, lines: Sequence[int], messages
     fields = pa.array(messages, _MESSAGE_FIELDS).flatten()
     return pa.table([pa.repeat(pa.scalar(entry_idx, pa.int64()), n), pa.repeat(pa.scalar(batch_id, pa.string()), n),
                      pa.array(lines, pa.int64()), *fields], schema=MESSAGE_SCHEMA)
-
-
-def _inspected(batch_id: str, tables: list[pa.Table], malformed: list[tuple[int, str, str]]) -> InspectedBatch:
-    """The batch of these chunks of messages and malformed lines."""
-    return InspectedBatch(batch_id, pa.concat_tables(tables) if tables else MESSAGE_SCHEMA.empty_table(), malformed)

@@ -130,7 +130,7 @@ class StreamWalk:
         self.view, self.name, self.stream_id, self.state, self.out = view, view.name, stream_id, state, out
         self.pending: dict[int, Message] = {m.seq: m for m in pending_msgs}
         self.applier = StreamApplier(view, stream_id, state.keyed_rows, state.newest_rows, aggregate_sums)
-        self.last_entry = 0
+        self.last_entry: int | None = None  # the last entry that walked the stream
 
     def run(self, by_entry: dict[int, list[Message]], entries: list[PassEntry]) -> None:
         state, stream_id = self.state, self.stream_id
@@ -148,7 +148,8 @@ class StreamWalk:
                 self.operator_action(entry)
             if not state.parked:
                 self.advance(entry)  # skipped ranges are appended in increasing seq order: `skipped` stays sorted
-        self.finish()
+        if self.last_entry is not None:  # else a pass of another stream's operator action: this one stays as stored
+            self.finish()
 
     def receive(self, entry: PassEntry, arrived: list[Message]) -> None:
         """Count the entry's messages as selected, and buffer each by its seq unless it is late (its gap was
@@ -279,6 +280,6 @@ class StreamWalk:
         for table in self.view.tables:
             member = self.applier.tables[table.name]
             if table.kind == "keyed":
-                out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, list(member.rows.values())))
+                out.rows.append(RowsRecord(name, stream_id, table.name, list(member.rows.values())))
             elif table.kind == "append" and member.appended:
-                out.rows.append(RowsRecord(name, stream_id, last_entry, table.name, member.appended))
+                out.rows.append(RowsRecord(name, stream_id, table.name, member.appended))

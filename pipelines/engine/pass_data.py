@@ -115,8 +115,7 @@ class RowsRecord(NamedTuple):
     the rows the pass appended to an append table."""
 
     view: str
-    stream_id: str
-    entry_idx: int
+    stream_id: str  # the commit reads the rows alone; the replay kit (pipelines.testing) files a keyed table's by it
     table: str
     rows: list[dict]
 
@@ -248,8 +247,7 @@ def output_batches(out: PassOutput, schema: pa.Schema, aggregates: dict[str, dic
         if rows:
             yield _batch(schema, len(rows), {
                 "kind": [OutputKind.ROWS.value] * len(rows), "view": [view] * len(rows),
-                "stream_id": [r.stream_id for r in records for _ in r.rows],
-                "entry_idx": [r.entry_idx for r in records for _ in r.rows], "name": [table] * len(rows),
+                "name": [table] * len(rows),
                 row_column(view, table): rows})
     if out.fatal:
         bugs = out.fatal

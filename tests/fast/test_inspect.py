@@ -353,7 +353,8 @@ def test_plainly_well_formed_lines_take_the_fast_path(monkeypatch, name, renamed
     lines = [json.dumps(r).encode() for r in records]
     mapping = SourceMapping.from_dict({**rename, "name": name, "max_record_bytes": max(len(line) for line in lines)})
     judged, batch = per_line_calls(monkeypatch, lines, mapping)
-    assert judged == [] and batch.batch_id == "b7" and batch.messages["line"].to_pylist() == [1, 2, 3]
+    assert judged == [] and batch.messages["line"].to_pylist() == [1, 2, 3]
+    assert set(batch.messages["batch_id"].to_pylist()) == {"b7"}
     assert batch.messages["stream_type"].to_pylist() == ["account", name, name]
     assert batch.messages["payload"][0].as_py() == canonical_payload(PLAIN[0]["payload"])
 
@@ -404,6 +405,14 @@ def test_a_landing_file_that_cannot_be_read_is_rejected_with_the_reason(tmp_path
     (tmp_path / "folder.csv").mkdir()
     with pytest.raises(RejectedFile, match="^file cannot be read: Is a directory$"):
         inspect(tmp_path / "folder.csv")
+
+
+def test_no_text_held_in_memory_is_a_batch_of_no_message():
+    """A landing file of 0 bytes is set aside (above), but the replay kit's batch is text in memory."""
+    from pipelines.engine.normalise import MESSAGE_SCHEMA, inspect_json_lines
+
+    batch = inspect_json_lines(b"", "b1", 1, SourceMapping())
+    assert batch.messages.num_rows == 0 and batch.messages.schema == MESSAGE_SCHEMA and batch.malformed == []
 
 
 def test_a_source_mapping_loads_from_its_file_or_is_the_default(tmp_path):

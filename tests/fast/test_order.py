@@ -45,6 +45,16 @@ def test_an_operator_entry_for_an_unknown_stream_writes_nothing():
     assert len(out) == 0 and out.counts == {}
 
 
+def test_a_buffered_stream_that_no_entry_of_the_pass_walks_is_left_as_stored():
+    """A pass of another stream's retry loads this view's buffers whose timer is due at the retry's time, but
+    an operator entry walks its own stream only: this one emits nothing, so its stored watermark keeps the
+    entry that last walked it (`updated_entry`, which the publication's catch-up follows)."""
+    state = StreamState(last_seq=1, blocked_at=2, blocked_since=0)
+    out = PassOutput()
+    walk_stream(VIEW, "a", state, [message(3, 1)], [], [PassEntry(5, "retry-5", "retry", 700 * SECOND, "b")], out, {})
+    assert len(out) == 0 and out.counts == {}
+
+
 def test_the_watermark_names_the_last_entry_that_walked_the_stream():
     """docs/STORE.md `updated_entry`: an entry walks a stream it brings messages for, or that has a buffer;
     later entries of the same pass that do neither leave it."""
