@@ -9,7 +9,7 @@ on a large table, so that DuckDB's hash table stays small). No table is loaded i
 few sample rows of a failing rule cross over, through the same DuckDB -> pandas conversion GX saw.
 
 The semantics are GX's own on pandas, the way the check validated the views before issue 12 (each
-whole table read into a DataFrame, see `validate_view_on_pandas`), kept to the letter and tested
+whole table read into a DataFrame, as tests/expectations_reference.py still does), kept to the letter and tested
 against it (tests/fast/test_expectations.py):
 
 - a value is *missing* when pandas says so: SQL NULL, and NaN in a floating-point column;
@@ -372,26 +372,6 @@ def _gx_failure(table_name: str, r: Any) -> dict:
     }
 
 
-def validate_view_on_pandas(con: duckdb.DuckDBPyConnection, view: View) -> tuple[int, list[dict]]:
-    """GX 1.x validating each WHOLE table on pandas: what the `expectations` check ran before issue 12
-    (`assets.checks.validate_view`, on a connection instead of a Store). Kept as the reference that
-    `validate_view` is tested (tests/fast/test_expectations.py) and measured (docs/BENCHMARKS.md, "GX expectations at 10M rows") against;
-    it loads every table into memory, so it is for small tables only."""
-    gx = _gx()
-    source = _gx_pandas_source(gx, view.name)
-    evaluated, failures = 0, []
-    for table in view.tables:
-        expectations = [e for e in view.rules if e.table == table.name]
-        if not expectations:
-            continue
-        frame = con.execute(f"SELECT * FROM {_q(table.name)}").df()
-        for r in _gx_validate_frame(gx, source, view.name, table.name, frame, expectations):
-            evaluated += 1
-            if not r.success:
-                failures.append(_gx_failure(table.name, r))
-    return evaluated, failures
-
-
 # -- the check -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -408,7 +388,7 @@ class ExpectationResult:
     sample_rows: list[dict]  # the same rows' primary keys and values, typed
 
     def failure(self) -> dict:
-        """The JSON a script reads, and GX on pandas gives (`validate_view_on_pandas`)."""
+        """The JSON a script reads, and GX on pandas gives (tests/expectations_reference.py)."""
         return {"table": self.table, "expectation": self.type, "kwargs": self.kwargs,
                 "unexpected_count": self.unexpected_count, "unexpected_percent": self.unexpected_percent,
                 "sample": self.sample}
@@ -457,15 +437,6 @@ def validate_suite(con: duckdb.DuckDBPyConnection, view: View, rows_per_pass: in
                 None if rule.raised else rule.unexpected_percent, rule.sample if failed and not rule.raised else [],
                 rule.sample_rows if failed and not rule.raised else []))
     return SuiteResult(view.name, results)
-
-
-def validate_view(con: duckdb.DuckDBPyConnection, view: View,
-                  rows_per_pass: int = ROWS_PER_PASS) -> tuple[int, list[dict]]:
-    """(expectations evaluated, failures), each failure with its table, GX expectation type, kwargs,
-    unexpected_count (None when the rule could not be evaluated), unexpected_percent and a sample of up
-    to 5 failing values: what `validate_view_on_pandas` returns, evaluated in DuckDB."""
-    suite = validate_suite(con, view, rows_per_pass)
-    return len(suite.results), suite.failures
 
 
 SUITE_HEADER = ("", "expectation", "table.column", "kwargs", "unexpected", "unexpected %", "sample (row keys)")

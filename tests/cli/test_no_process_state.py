@@ -119,7 +119,7 @@ def test_validating_a_view_with_great_expectations_changes_no_environment():
     found = run_fresh("""
         import great_expectations  # what GX does to the process as it is imported is GX's own
         before = snapshot()
-        from pipelines.observe.expectations import validate_view_on_pandas
+        from tests.expectations_reference import validate_view_on_pandas
         from views.accounts import VIEW
         con = duckdb.connect()
         con.execute("CREATE TABLE accounts (account_id VARCHAR, owner VARCHAR, balance DECIMAL(18,2), "

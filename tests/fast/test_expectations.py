@@ -1,8 +1,7 @@
-"""`pipelines.observe.expectations.validate_view` (the views' expectations evaluated in DuckDB SQL) against
-what the `expectations` check ran before: GX 1.x validating each whole table on pandas,
-`pipelines.observe.expectations.validate_view_on_pandas`. On small tables with known violations of every rule,
-on the repository's own views and on random tables, both must return the same thing: expectations
-evaluated, and the same failures in the same order with the same kwargs, unexpected_count,
+"""The views' expectations evaluated in DuckDB SQL (`validate_suite`) against what the `expectations` check ran
+before: GX 1.x validating each whole table on pandas (tests/expectations_reference.py). On small tables with
+known violations of every rule, on the repository's own views and on random tables, both must return the same
+thing: expectations evaluated, and the same failures in the same order with the same kwargs, unexpected_count,
 unexpected_percent and sample."""
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.observe.expectations import SUITE_HEADER, suite_markdown, validate_suite, validate_view, validate_view_on_pandas
+from pipelines.observe.expectations import SUITE_HEADER, suite_markdown, validate_suite
+from tests.expectations_reference import validate_view, validate_view_on_pandas
 from pipelines.registry import load_views
 from pipelines.view import Column, Expectation, SqlType, Table, View, between, in_set, not_null, unique
 
