@@ -257,6 +257,9 @@ def _forward_jvm_stderr(read_end: int, ours: int) -> None:
                 stderr.write(line)
 
 
+STAGE_POLLER_JOIN_SECONDS = 2.0  # a poller wakes every 0.5 s to see it should stop
+
+
 @contextlib.contextmanager
 def stage_progress(label: str, say: Callable[[str], None], every_seconds: float = 2.0) -> Iterator[None]:
     """While the block runs, say where Spark's newest job is (`label: stage 3/5 (120/200 tasks)`), when
@@ -283,7 +286,9 @@ def stage_progress(label: str, say: Callable[[str], None], every_seconds: float 
         yield
     finally:
         stop.set()
-        thread.join()
+        # not joined for good: a Ctrl-C that lands while this thread is inside logging's lock leaves the lock held,
+        # and a poller saying a line then waits on it forever; a daemon left behind ends with the process
+        thread.join(timeout=STAGE_POLLER_JOIN_SECONDS)
 
 
 def _stage_line() -> str | None:
