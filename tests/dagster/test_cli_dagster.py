@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -213,6 +214,8 @@ def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
     _lines(home, "b1", opened("acct-1"), dep("acct-1", 2, 10))
     run = subprocess.Popen([INORDER, "run", "--now", "2026-11-02T00:00:00Z"], env=env, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
+    hung = threading.Timer(240, os.killpg, (run.pid, signal.SIGKILL))  # a run that hangs fails the test, not CI
+    hung.start()
     said = []
     for line in run.stderr:  # Ctrl-C as the JVM starts
         said.append(line)
@@ -221,6 +224,7 @@ def test_ctrl_c_as_spark_starts_leaves_no_jvm_and_prints_one_line(tmp_path):
             os.killpg(run.pid, signal.SIGINT)
             break
     said.extend(run.stderr)
+    hung.cancel()
     assert run.wait(timeout=120) == 130, "".join(said)
     assert said[-1] == ("inorder: interrupted: 1 batch archived but not yet projected (b1, for account_activity, "
                         "accounts, daily_totals); the next `inorder run` projects it\n"), "".join(said)
