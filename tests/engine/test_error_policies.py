@@ -67,6 +67,19 @@ def test_a_bug_parks_a_reject_skips_and_each_attempt_is_one_row(spark, tmp_path)
     assert operator_action(spark, home, [FIXED], FIXED, None, "retry") == []  # nothing parked: nothing to do
 
 
+def test_a_retry_leaves_another_streams_due_buffer_as_it_was_stored(spark, tmp_path):
+    """A retry's pass loads the view's buffers that are due at its time (here `c`'s, over a `max_pending` lowered
+    since), but an operator entry walks its own stream alone: `c` keeps its buffer and the entry that last walked it
+    (`updated_entry`, which the PostgreSQL catch-up follows) until a batch or a tick judges it."""
+    home = fresh_home(tmp_path)
+    first = batch(1, 0, opened("a"), dep("a", 2, 500), opened("c"), dep("c", 3, 1), dep("c", 4, 1))
+    run_entries(spark, home, [BROKEN], [first])
+    lowered = dataclasses.replace(BROKEN, max_pending=1)
+    assert operator_action(spark, home, [lowered], lowered, ["a"], "retry") == ["a"]
+    c = next(w for w in read_store(home, [lowered])["watermarks"] if w["stream_id"] == "c")
+    assert (c["updated_entry"], c["last_seq"], c["pending_count"]) == (1, 1, 2)
+
+
 @pytest.mark.parametrize("on_bug", ["skip", "park"])
 def test_on_bug_skip_moves_on_and_skip_all_drops_parked_messages(spark, tmp_path, on_bug):
     view = dataclasses.replace(BROKEN, on_bug=on_bug)

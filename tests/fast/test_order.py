@@ -46,9 +46,10 @@ def test_an_operator_entry_for_an_unknown_stream_writes_nothing():
 
 
 def test_a_buffered_stream_that_no_entry_of_the_pass_walks_is_left_as_stored():
-    """A pass of another stream's retry loads this view's buffers whose timer is due at the retry's time, but
-    an operator entry walks its own stream only: this one emits nothing, so its stored watermark keeps the
-    entry that last walked it (`updated_entry`, which the publication's catch-up follows)."""
+    """A pass of another stream's retry loads this view's buffers that are due at the retry's time (a
+    `gap_timeout` or `max_pending` lowered since the last batch), but an operator entry walks its own stream only:
+    this one emits nothing, so its stored watermark keeps the entry that last walked it (`updated_entry`, which the
+    publication's catch-up follows). Through Spark: tests/engine/test_error_policies.py."""
     state = StreamState(last_seq=1, blocked_at=2, blocked_since=0)
     out = PassOutput()
     walk_stream(VIEW, "a", state, [message(3, 1)], [], [PassEntry(5, "retry-5", "retry", 700 * SECOND, "b")], out, {})
