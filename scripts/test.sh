@@ -12,7 +12,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   where=(tests/fast)
 fi
-# four workers on 2 cores, both kept busy while tests wait on timers and servers; each test to the next free worker,
-# but a module's tests that share a fixture it builds once stay together, and the long tests go first
-# (tests/conftest.py, docs/TESTING.md); `-n 0` runs in one process
-exec .venv/bin/python -m pytest -m "not long" -n 4 --dist loadgroup --no-loadscope-reorder "${where[@]}" "$@"
+# three workers on 2 cores, both kept busy while tests wait on timers and servers (four measured slower: docs/TESTING.md);
+# each test to the next free worker, but a module's tests that share a fixture it builds once stay together, and the
+# long tests go first (tests/conftest.py, docs/TESTING.md); `-n 0` runs in one process
+exec .venv/bin/python -m pytest -m "not long" -n 3 --dist loadgroup --no-loadscope-reorder "${where[@]}" "$@"
