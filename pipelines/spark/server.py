@@ -39,13 +39,16 @@ from typing import Callable, Iterable, Iterator
 
 from pipelines.config import Settings
 from pipelines.spark.class_archive import spark_home
-from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, driver_java_options
+from pipelines.spark.settings import (CONNECT_SESSION_CONF, DEFAULT_CONF, LOCAL_WORKERS_CONF, WORKERS_DAEMON,
+                                      driver_java_options)
 
 LOOPBACK = "127.0.0.1"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_WAIT_SECONDS = 180.0
 STOP_WAIT_SECONDS = 60.0
 CLIENT_PREFIX = "inorder-client-"
+# a session's Python daemon runs ours (pipelines/spark/daemon.py), or pyspark's where INORDER_SPARK_CONF says so
+PYTHON_DAEMONS = (WORKERS_DAEMON.encode(), b"pyspark.daemon")
 # a session's Python workers outlive its last run this long: the next run of the same code finds them
 # warm; a session of code that changed since is let go after it (Spark 4.3 would keep them to the end)
 SESSION_KEEP_SECONDS = 600.0
@@ -339,7 +342,8 @@ def end_groups(pgids: list[int], wait_seconds: float) -> None:
 
 
 def _server_command(port: int, settings: Settings) -> list[str]:
-    conf = {**DEFAULT_CONF, **CONNECT_SESSION_CONF, **settings.spark_conf, "spark.connect.grpc.binding.address": LOOPBACK,
+    conf = {**DEFAULT_CONF, **LOCAL_WORKERS_CONF, **CONNECT_SESSION_CONF, **settings.spark_conf,
+            "spark.connect.grpc.binding.address": LOOPBACK,
             "spark.connect.grpc.binding.port": str(port),
             # runs reattach to their code version's session (pipelines/spark/session.py): it lives as long as the server
             "spark.connect.session.manager.defaultSessionTimeout": "7d"}
@@ -404,7 +408,7 @@ def _session_daemons(jvm_pid: int) -> Iterator[tuple[int, list[int], float]]:
     a session inorder processes opened (their client files are in the session's artifact folder)."""
     for child in _children(jvm_pid):
         with contextlib.suppress(OSError, ValueError):
-            if b"pyspark.daemon" not in Path(f"/proc/{child}/cmdline").read_bytes():
+            if not any(name in Path(f"/proc/{child}/cmdline").read_bytes() for name in PYTHON_DAEMONS):
                 continue
             folder = Path(f"/proc/{child}/cwd")  # the session's artifact folder
             marks = [path for path in folder.iterdir() if path.name.startswith(CLIENT_PREFIX)]

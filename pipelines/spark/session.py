@@ -37,7 +37,7 @@ from pipelines import faults
 from pipelines.config import Settings
 from pipelines.spark.server import (ServerFiles, ServerState, running_state, server_for_run, start_notice,
                                     started_ahead, warm_choice)
-from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, driver_java_options
+from pipelines.spark.settings import CONNECT_SESSION_CONF, DEFAULT_CONF, LOCAL_WORKERS_CONF, driver_java_options
 from pipelines.store.versions import own_modules
 
 if TYPE_CHECKING:
@@ -110,9 +110,9 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         user_conf = _runtime_sql(settings.spark_conf)
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
-        defaults = DEFAULT_CONF
+        defaults = {**DEFAULT_CONF, **LOCAL_WORKERS_CONF} if master.startswith("local") else DEFAULT_CONF
         if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
-            defaults = {**DEFAULT_CONF, **LOCAL_DRIVER_CONF}
+            defaults = {**defaults, **LOCAL_DRIVER_CONF}
         user_conf = settings.spark_conf
     chosen = {**defaults, **user_conf, **(conf or {})}
     if faults.crash_pid() and not master.startswith("sc://"):  # a crash point on an executor kills this driver

@@ -16,6 +16,10 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
 }
+# A session whose Python workers run on this machine (local[…], the warm server): they import pyspark from its
+# installed package, not from the zip Spark puts first on their path (pipelines/spark/daemon.py)
+WORKERS_DAEMON = "pipelines.spark.daemon"
+LOCAL_WORKERS_CONF = {"spark.python.daemon.module": WORKERS_DAEMON}
 # A Spark Connect session's own settings. Its plan cache keys resolved plans by the client's plan ids, which
 # restart at 0 in every process; inorder's processes reattach to one shared session (pipelines/spark/session.py),
 # so a later process's read of a rewritten file got an earlier process's resolved schema (issue 32: a

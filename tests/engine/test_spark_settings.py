@@ -1,10 +1,12 @@
-"""Which sessions get the archive's files and which get shipped messages and code (no Spark needed)."""
+"""Which sessions get the archive's files and which get shipped messages and code (no Spark needed), and which
+pyspark a local session's Python workers import."""
 
 from __future__ import annotations
 
 import zipfile
 from types import SimpleNamespace
 
+import pyspark
 import pytest
 
 from pipelines.spark import session as sp
@@ -105,3 +107,16 @@ def test_a_session_gets_its_planned_shuffle_partitions_unless_the_user_set_them(
     chosen = session(**{"spark.sql.shuffle.partitions": "9", "spark.executor.instances": "5"})
     sp._set_shuffle_partitions(chosen)
     assert sp.shuffle_partitions(chosen) == 9
+
+
+def _imported_pyspark(_):
+    import pyspark
+
+    yield pyspark.__file__
+
+
+def test_a_local_sessions_python_workers_import_the_installed_pyspark_not_sparks_zip(spark):
+    """The installed package's bytecode is cached; Python compiles a zip's modules again in every worker the
+    daemon forks, a second of CPU each (pipelines/spark/daemon.py)."""
+    [imported] = spark.sparkContext.parallelize([0], 1).mapPartitions(_imported_pyspark).collect()
+    assert imported == pyspark.__file__
