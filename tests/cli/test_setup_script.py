@@ -36,12 +36,15 @@ def test_setup_installs_once_then_skips_until_the_lock_changes(tmp_path):
         assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
         return calls.read_text().splitlines()
 
-    archive = "python -m pipelines.spark.class_archive"  # made when missing for this Java and these jars
+    # every time: the project's bytecode (up-to-date files left as they are), Spark's classes (made when missing for
+    # this Java and these jars)
+    always = ["python -m compileall -q -j 0 pipelines inorder assets resources views demos shop tests",
+              "python -m pipelines.spark.class_archive"]
     assert setup() == ["python -m pip install -q --upgrade pip==26.3",
                        "python -m pip install -q -r requirements.lock",
-                       "python -m pip install -q --no-deps -e .", archive]
-    assert setup() == [archive]  # current: nothing installed, nothing printed
+                       "python -m pip install -q --no-deps -e .", *always]
+    assert setup() == always  # current: nothing installed, nothing printed
     with open(tmp_path / "requirements.lock", "a") as lock:
         lock.write("# a changed pin\n")
-    assert len(setup()) == 4
-    assert setup() == [archive]
+    assert len(setup()) == 5
+    assert setup() == always
