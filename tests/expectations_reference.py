@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import duckdb
 
-from pipelines.observe.expectations import (ROWS_PER_PASS, _gx, _gx_failure, _gx_pandas_source, _gx_validate_frame, _q,
+from pipelines.observe.expectations import (ROWS_PER_PASS, _gx, _gx_failure, _gx_pandas_source, _gx_validate_frame,
                                             validate_suite)
+from pipelines.store.layout import quoted
 from pipelines.view import View
 
 
@@ -20,7 +21,7 @@ def validate_view_on_pandas(con: duckdb.DuckDBPyConnection, view: View) -> tuple
         expectations = [e for e in view.rules if e.table == table.name]
         if not expectations:
             continue
-        frame = con.execute(f"SELECT * FROM {_q(table.name)}").df()
+        frame = con.execute(f"SELECT * FROM {quoted(table.name)}").df()
         for r in _gx_validate_frame(gx, source, view.name, table.name, frame, expectations):
             evaluated += 1
             if not r.success:

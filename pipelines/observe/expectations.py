@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import duckdb
 
 from pipelines.observe.markdown import markdown_table
+from pipelines.store.layout import quoted
 from pipelines.view import Expectation, View
 
 SAMPLE = 5
@@ -105,10 +106,6 @@ def _gx_config(gx: Any, e: Expectation) -> tuple[str, dict]:
     return config.type, dict(config.kwargs)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _base(sql_type: str) -> str:
     return sql_type.split("(", 1)[0].strip().upper()
 
@@ -144,7 +141,7 @@ class _Table:
         self.con = con
         self.name = name
         self.primary_key = primary_key
-        self.sql_name = _q(name)
+        self.sql_name = quoted(name)
         described = con.execute(f"SELECT * FROM {self.sql_name} LIMIT 0").description
         self.types = {column: str(sql_type).upper() for column, sql_type, *_ in described}
 
@@ -155,18 +152,18 @@ class _Table:
         return self.base(column) in _INTEGERS + _FLOATS + ("DECIMAL",)
 
     def missing(self, column: str) -> str:
-        q = f"t.{_q(column)}"
+        q = f"t.{quoted(column)}"
         return f"({q} IS NULL OR isnan({q}))" if self.base(column) in _FLOATS else f"({q} IS NULL)"
 
     def value(self, column: str) -> str:
         """The column as pandas holds it (DECIMAL as float64), to compare its non-missing values."""
-        q = f"t.{_q(column)}"
+        q = f"t.{quoted(column)}"
         return f"CAST({q} AS DOUBLE)" if self.base(column) == "DECIMAL" else q
 
     def key(self, column: str) -> str:
         """The column as a grouping key: as pandas holds it, every missing value the same (NULL)."""
         if self.base(column) in _FLOATS:
-            q = f"t.{_q(column)}"
+            q = f"t.{quoted(column)}"
             return f"(CASE WHEN isnan({q}) THEN NULL ELSE {q} END)"
         return self.value(column)
 
@@ -262,13 +259,13 @@ class _Table:
         them, and as the rows' keys and values with their Python types (6, not "6")."""
         columns = rule.columns
         shown = list(dict.fromkeys([c for c in self.primary_key if c in self.types] + columns))
-        rows = self.con.execute(f"SELECT {', '.join(f't.{_q(c)}' for c in shown)} FROM {self.sql_name} AS t "
+        rows = self.con.execute(f"SELECT {', '.join(f't.{quoted(c)}' for c in shown)} FROM {self.sql_name} AS t "
                                 f"WHERE {where} ORDER BY t.rowid LIMIT {SAMPLE}", params).fetchall()
         rule.sample_rows = [dict(zip(shown, row)) for row in rows]
         rule.sample = self._as_gx_text(columns, where, params)
 
     def _as_gx_text(self, columns: list[str], where: str, params: list) -> list[str]:
-        selected = ", ".join(f"t.{_q(c)}" for c in columns)
+        selected = ", ".join(f"t.{quoted(c)}" for c in columns)
         frame = self.con.execute(f"SELECT {selected} FROM {self.sql_name} AS t WHERE {where} "
                                  f"ORDER BY t.rowid LIMIT {SAMPLE}", params).df()
         for c in columns:
@@ -282,7 +279,7 @@ class _Table:
 
     def _has_values(self, column: str) -> bool:
         found, = self.con.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {self.sql_name} WHERE {_q(column)} IS NOT NULL)").fetchone()
+            f"SELECT EXISTS (SELECT 1 FROM {self.sql_name} WHERE {quoted(column)} IS NOT NULL)").fetchone()
         return bool(found)
 
 
@@ -321,7 +318,7 @@ def _evaluate_sql(table: _Table, rules: list[_Rule], rows_per_pass: int) -> list
 def _evaluate_with_gx(gx: Any, table: _Table, view: View, rules: list[_Rule]) -> None:
     """GX on pandas, for the rules SQL does not translate, on a DataFrame of their columns only."""
     columns = list(dict.fromkeys(c for rule in rules for c in rule.columns))
-    frame = table.con.execute(f"SELECT {', '.join(_q(c) for c in columns)} FROM {table.sql_name}").df()
+    frame = table.con.execute(f"SELECT {', '.join(quoted(c) for c in columns)} FROM {table.sql_name}").df()
     pending = list(rules)
     for r in _gx_validate_frame(gx, _gx_pandas_source(gx, view.name), view.name, table.name, frame,
                                 [rule.declared for rule in rules]):

@@ -192,14 +192,19 @@ class Layout:
 LIVE = Layout()
 
 
+def quoted(name: str) -> str:
+    """`name` as an SQL identifier, whatever it holds."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def drop_primary_key(con: Any, schema: str, table: str) -> None:
     """Make `schema.table` again without its PRIMARY KEY (DuckDB cannot drop one), its key columns NOT
     NULL and its rows kept, in one transaction: for a store made when the table had one. Nothing to do
     for a table without one."""
     # the table's own columns, not the catalog's constraints, which DuckDB lists for every table: every writer's
     # open asks this twice (2.2 ms a call before, 0.6 ms now, on a store of 15 tables)
-    qualified = ".".join('"' + name.replace('"', '""') + '"' for name in (schema, table))
-    key = [name for (name,) in con.execute("SELECT name FROM pragma_table_info(?) WHERE pk", [qualified]).fetchall()]
+    key = [name for (name,) in con.execute("SELECT name FROM pragma_table_info(?) WHERE pk",
+                                           [f"{quoted(schema)}.{quoted(table)}"]).fetchall()]
     if not key:
         return
     create = con.execute("SELECT sql FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
