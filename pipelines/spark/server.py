@@ -408,7 +408,8 @@ def _session_daemons(jvm_pid: int) -> Iterator[tuple[int, list[int], float]]:
     a session inorder processes opened (their client files are in the session's artifact folder)."""
     for child in _children(jvm_pid):
         with contextlib.suppress(OSError, ValueError):
-            if not any(name in Path(f"/proc/{child}/cmdline").read_bytes() for name in PYTHON_DAEMONS):
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            if not any(name in command for name in PYTHON_DAEMONS):
                 continue
             folder = Path(f"/proc/{child}/cwd")  # the session's artifact folder
             marks = [path for path in folder.iterdir() if path.name.startswith(CLIENT_PREFIX)]

@@ -110,9 +110,11 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         user_conf = _runtime_sql(settings.spark_conf)
     else:
         builder = SparkSession.builder.master(master).appName("inorder")
-        defaults = {**DEFAULT_CONF, **LOCAL_WORKERS_CONF} if master.startswith("local") else DEFAULT_CONF
-        if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
-            defaults = {**defaults, **LOCAL_DRIVER_CONF}
+        defaults = DEFAULT_CONF
+        if master.startswith("local"):
+            defaults = {**DEFAULT_CONF, **LOCAL_WORKERS_CONF}
+            if "SPARK_LOCAL_IP" not in os.environ:
+                defaults = {**defaults, **LOCAL_DRIVER_CONF}
         user_conf = settings.spark_conf
     chosen = {**defaults, **user_conf, **(conf or {})}
     if faults.crash_pid() and not master.startswith("sc://"):  # a crash point on an executor kills this driver
