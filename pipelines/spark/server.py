@@ -171,6 +171,11 @@ class ServerFiles:
         partial.write_text(json.dumps(asdict(state), indent=2))
         partial.replace(self.state)  # readers never see half of it
 
+    def names(self, supervisor_pid: int) -> bool:
+        """Is the state file this supervisor's? Not once the home was deleted or moved, or another server took the folder."""
+        state = self.read_state()
+        return state is not None and state.pid == supervisor_pid
+
     def idle_seconds(self) -> float:
         try:
             return max(0.0, time.time() - self.last_used.stat().st_mtime)
@@ -468,6 +473,9 @@ def serve(files: ServerFiles, idle_timeout_seconds: float, build: str, settings:
             if jvm.poll() is not None:
                 _say(f"the JVM exited ({jvm.returncode})")
                 return 1
+            if not files.names(state.pid):  # no run would find it again, nor measure its idle time
+                _say("stopping: its state file is gone (the home was deleted or moved) or names another server")
+                break
             if _live_clients(files, jvm.pid) == 0 and files.idle_seconds() >= idle_timeout_seconds:
                 files.state.unlink(missing_ok=True)  # first, so no new run picks the server (register_client)
                 if _live_clients(files, jvm.pid) == 0:
@@ -476,7 +484,8 @@ def serve(files: ServerFiles, idle_timeout_seconds: float, build: str, settings:
                 files.write_state(state)  # a run registered meanwhile: serve it
         return 0
     finally:
-        files.state.unlink(missing_ok=True)
+        if files.names(os.getpid()):
+            files.state.unlink(missing_ok=True)
         _stop_jvm(jvm)
 
 

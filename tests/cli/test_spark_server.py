@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from pipelines.spark.server import ServerFiles, process_alive, process_parents, this_build
+from pipelines.spark.server import ServerFiles, end_groups, process_alive, process_parents, this_build
 from pipelines.store.database import Home
 from tests.command import INORDER, clean_environment, inorder
 from tests.domains import SHOP_VIEWS
@@ -145,7 +145,7 @@ def test_runs_use_the_warm_server_give_the_local_store_and_fall_back_once_it_sto
     assert not (warm / "spark" / "server.json").exists()
 
 
-def test_an_idle_server_stops_by_itself(tmp_path):
+def test_an_idle_server_and_one_whose_home_is_deleted_stop_by_themselves(tmp_path):
     home = tmp_path / "home"
     inorder(shop(home), "init", str(home))
     inorder(shop(home), "spark", "start", "--idle-timeout", "0.05")  # 3 s
@@ -157,6 +157,17 @@ def test_an_idle_server_stops_by_itself(tmp_path):
         inorder(shop(home), "spark", "stop")
     assert status(home, code=3)["running"] is False
     assert "stopping: idle for" in (home / "spark" / "server.log").read_text()
+
+    # a home deleted under its server (a demo run again): no run finds the server again, and it stops, now
+    inorder(shop(home), "spark", "start")
+    state = ServerFiles.of(home).read_state()
+    assert state is not None and state.idle_timeout_seconds == 15 * 60
+    shutil.rmtree(home)
+    try:
+        assert gone(state.pid, state.jvm_pid, within=45), "the server of a deleted home is still running"
+    finally:
+        if process_alive(state.pid):  # no fixture finds it in the deleted home
+            end_groups([state.pid], wait_seconds=5)
 
 
 def test_warm_by_default_a_server_is_started_once_reused_and_replaced_when_dead_or_of_another_build(tmp_path):
