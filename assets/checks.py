@@ -84,14 +84,23 @@ def _evaluations(views: Sequence[View]) -> dict[dg.AssetCheckKey, tuple[dg.Asset
     return found
 
 
-def store_checks(views: Sequence[View]) -> dg.AssetChecksDefinition:
-    """Every check the store answers as one step: a run evaluates those it selected on one read-only open of the
-    store (a step and an open per view, or per check, took seconds of a small run: each step is several rows of
-    Dagster's event log). Each can still be run alone (subsettable), and a check that raises fails alone, saying
-    why, without taking the others down."""
+def store_checks(views: Sequence[View]) -> list[dg.AssetChecksDefinition]:
+    """Every check the store answers, a step per checked asset: a step evaluates those of its checks a run selected
+    on one read-only open of the store (a step and an open per check took seconds of a small run: each step is
+    several rows of Dagster's event log). Dagster skips a check step when an asset it checks was not materialised
+    in the run: a step per asset skips only the checks of what the run left alone (a tick that touched none of the
+    view's streams), never those of a view it moved. Each check can still be run alone (subsettable), and a check
+    that raises fails alone, saying why, without taking the others down."""
     evaluations = _evaluations(views)
+    assets = dict.fromkeys(key.asset_key for key in evaluations)
+    return [_checks_of(asset, {key: evaluation for key, evaluation in evaluations.items() if key.asset_key == asset})
+            for asset in assets]
 
-    @dg.multi_asset_check(specs=[spec for spec, _ in evaluations.values()], can_subset=True, name="store_checks")
+
+def _checks_of(asset: dg.AssetKey, evaluations: dict[dg.AssetCheckKey, tuple[dg.AssetCheckSpec, Prepare]]
+               ) -> dg.AssetChecksDefinition:
+    @dg.multi_asset_check(specs=[spec for spec, _ in evaluations.values()], can_subset=True,
+                          name=f"{asset.to_python_identifier()}_checks")
     def _store_checks(context: dg.AssetCheckExecutionContext, home: HomeResource) -> Iterator[dg.AssetCheckResult]:
         ready = {key: prepare(context) for key, (_, prepare) in evaluations.items()
                  if key in context.selected_asset_check_keys}
@@ -132,4 +141,4 @@ def _file_not_rejected() -> dg.AssetChecksDefinition:
 
 def build_checks(views: Sequence[View]) -> list[dg.AssetChecksDefinition]:
     """Every check of the code location, for these views: the store's, and each ingest partition's own."""
-    return [store_checks(views), _file_not_rejected()]
+    return [*store_checks(views), _file_not_rejected()]

@@ -15,9 +15,9 @@ def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# Dagster's own line for a step it skips after another failed, logged as a plain line, not an event: the
-# command says the failure's cause itself, once
-_SKIPPED_STEP = "Dependencies for step "
+# Dagster's own lines for a step it skips, logged as plain lines, not events: after another step failed (the command
+# says the failure's cause itself, once), or when the run did not materialise what it checks (a view a tick left alone)
+_SKIPPED_STEP = ("Dependencies for step ", "Skipping step ")
 
 
 class _SayHandler(logging.Handler):

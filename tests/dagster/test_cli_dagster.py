@@ -5,6 +5,7 @@ print stays as it was."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -300,3 +301,34 @@ def _ingest_log(home: Path) -> list[tuple]:
         return con.execute("SELECT entry_idx, batch_id, kind, status, records, malformed, received_at, stream_types, "
                            "replace(reason, ?, 'HOME') FROM inorder.ingest_log ORDER BY entry_idx",
                            [str(home)]).fetchall()
+
+
+def _shop(stream: str, seq: int, event_type: str, **payload) -> str:
+    kind = "customer" if stream.startswith("cus") else "order"
+    return json.dumps({"stream_id": stream, "stream_type": kind, "seq": seq, "type": event_type, "payload": payload,
+                       "occurred_at": "2026-11-01T10:00:00Z", "event_id": f"{stream}-{seq}"})
+
+
+def test_a_tick_that_moves_some_views_checks_each_view_it_moved(spark, tmp_path, monkeypatch, capsys):
+    """A tick whose gap timer fires for one customer's stream moves `customers` and `shop_daily` and no order view:
+    the views it moved are materialised and their checks evaluated in that run (a verdict left from the run before
+    would describe rows that are no longer there); the views it left alone are neither."""
+    home = _cli_home(monkeypatch, tmp_path / "home", "shop.views")
+    (home / "landing" / "b1.jsonl").write_text("".join(line + "\n" for line in [
+        _shop("cus-1", 1, "CustomerRegistered", name="Ada", email="ada@example.com", tier="gold"),
+        _shop("cus-1", 3, "TierChanged", tier="silver"),  # seq 2 never comes: a gap, skipped at the tick
+        _shop("ord-1", 1, "OrderPlaced", customer_id="cus-1", gift=False)]))
+    assert main(["run", "--now", "2026-11-02T00:00:00Z"]) == 0
+    capsys.readouterr()
+    assert main(["run", "--now", "2026-11-02T01:00:00Z"]) == 0
+    said = capsys.readouterr()
+    assert "ran a tick" in said.out and "Skipping step" not in said.err, said
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        tick = instance.get_runs(limit=1)[0]
+        moved = {"customers", "shop_daily"}
+        assert moved <= set(_materialized(instance, tick.run_id)) and not {"orders", "order_items"} & set(
+            _materialized(instance, tick.run_id))
+        checked = _checked(instance, tick.run_id)
+        assert {(view, check) for view in moved for check in VIEW_CHECKS} <= checked, checked
+        assert not {view for view, _ in checked} & {"orders", "order_items"}, checked
+    assert "checks: " in said.out, said.out

@@ -190,7 +190,7 @@ def projected_home(spark, tmp_path) -> Home:
 def _run_check(home: Home, view: str | View, name: str) -> dg.AssetCheckResult:
     view = view if isinstance(view, View) else view_named(BANK_VIEWS, view)
     checks = store_checks([view])
-    result = dg.materialize([projections, checks], selection=dg.AssetSelection.checks(dg.AssetCheckKey(
+    result = dg.materialize([projections, *checks], selection=dg.AssetSelection.checks(dg.AssetCheckKey(
                                 dg.AssetKey(view.name), name)),
                             resources=resources_for(home), raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
@@ -404,7 +404,7 @@ def _rebuild_in_dagster(home: Home, view: str) -> dg.ExecuteInProcessResult:
 
     assert LAYER.jobs.rebuild.config == REBUILD_CONFIG  # the job runs the same config
     checks = store_checks([view_named(BANK_VIEWS, view)])
-    return dg.materialize([projections, checks],
+    return dg.materialize([projections, *checks],
                           selection=dg.AssetSelection.assets(view) | dg.AssetSelection.checks_for_assets(view),
                           run_config=REBUILD_CONFIG, resources=resources_for(home), raise_on_error=False)
 
