@@ -91,10 +91,10 @@ def store_checks(views: Sequence[View]) -> list[dg.AssetChecksDefinition]:
     in the run: a step per asset skips only the checks of what the run left alone (a tick that touched none of the
     view's streams), never those of a view it moved. Each check can still be run alone (subsettable), and a check
     that raises fails alone, saying why, without taking the others down."""
-    evaluations = _evaluations(views)
-    assets = dict.fromkeys(key.asset_key for key in evaluations)
-    return [_checks_of(asset, {key: evaluation for key, evaluation in evaluations.items() if key.asset_key == asset})
-            for asset in assets]
+    by_asset: dict[dg.AssetKey, dict[dg.AssetCheckKey, tuple[dg.AssetCheckSpec, Prepare]]] = {}
+    for key, evaluation in _evaluations(views).items():
+        by_asset.setdefault(key.asset_key, {})[key] = evaluation
+    return [_checks_of(asset, evaluations) for asset, evaluations in by_asset.items()]
 
 
 def _checks_of(asset: dg.AssetKey, evaluations: dict[dg.AssetCheckKey, tuple[dg.AssetCheckSpec, Prepare]]

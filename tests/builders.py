@@ -11,9 +11,11 @@ from tests.reference_model import Entry
 T0 = 1_700_000_000.0
 
 
-def msg(stream, seq, event_type, occurred_at="2024-03-01T10:00:00+00:00", **payload) -> str:
-    return json.dumps({"stream_id": stream, "seq": seq, "type": event_type, "payload": payload,
-                       "occurred_at": occurred_at, "event_id": f"{stream}-{seq}"})
+def msg(stream, seq, event_type, occurred_at="2024-03-01T10:00:00+00:00", *, stream_type=None, **payload) -> str:
+    """A record; with `stream_type`, it says its stream's type (a source with several, such as the shop's)."""
+    record = {"stream_id": stream, "seq": seq, "type": event_type, "payload": payload,
+              "occurred_at": occurred_at, "event_id": f"{stream}-{seq}"}
+    return json.dumps(record if stream_type is None else {**record, "stream_type": stream_type})
 
 
 def opened(stream, seq=1, owner="ada"):

@@ -473,7 +473,7 @@ def serve(files: ServerFiles, idle_timeout_seconds: float, build: str, settings:
             if jvm.poll() is not None:
                 _say(f"the JVM exited ({jvm.returncode})")
                 return 1
-            if not files.names(state.pid):  # no run would find it again, nor measure its idle time
+            if not files.names(os.getpid()):  # no run would find it again, nor measure its idle time
                 _say("stopping: its state file is gone (the home was deleted or moved) or names another server")
                 break
             if _live_clients(files, jvm.pid) == 0 and files.idle_seconds() >= idle_timeout_seconds:

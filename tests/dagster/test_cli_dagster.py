@@ -5,7 +5,6 @@ print stays as it was."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from assets.tags import CLI_HOME_TAG
 from inorder.cli import main
 from pipelines.observe.checks import view_checks
 from assets.schedules import TICK_INTERVAL
-from tests.builders import dep, opened
+from tests.builders import dep, msg, opened
 from tests.command import INORDER, clean_environment, clean_os_environ, inorder
 
 VIEW_CHECKS = {c.name for c in view_checks(TICK_INTERVAL)}
@@ -304,9 +303,7 @@ def _ingest_log(home: Path) -> list[tuple]:
 
 
 def _shop(stream: str, seq: int, event_type: str, **payload) -> str:
-    kind = "customer" if stream.startswith("cus") else "order"
-    return json.dumps({"stream_id": stream, "stream_type": kind, "seq": seq, "type": event_type, "payload": payload,
-                       "occurred_at": "2026-11-01T10:00:00Z", "event_id": f"{stream}-{seq}"})
+    return msg(stream, seq, event_type, stream_type="customer" if stream.startswith("cus") else "order", **payload)
 
 
 def test_a_tick_that_moves_some_views_checks_each_view_it_moved(spark, tmp_path, monkeypatch, capsys):
