@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Sequence, TypeVar
+from typing import Iterable, Iterator, Sequence, TypeVar
 
 import dagster as dg
+import yaml
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SQLITE_BUSY_TIMEOUT_SECONDS, SqliteEventLogStorage
+from sqlalchemy import Connection, Engine, create_engine
 
 from assets.jobs import OPERATOR_JOBS, PUBLISH_JOB, REBUILD, REINGEST_JOB, REMOVE_VIEW, RETRY, SKIP, drop_view
 from assets.partitions import BATCHES
@@ -72,12 +76,53 @@ def dagster_home(home: Home) -> Path:
 # the run's event log anyway
 _CLI_OVERRIDES = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
                                    "class": "NoOpComputeLogManager"}}
+_STORAGE_KEYS = {"storage", "run_storage", "event_log_storage", "schedule_storage"}
+
+
+class KeptConnectionsEventLog(SqliteEventLogStorage):
+    """Dagster's SQLite event log, in the same files, with one kept connection per file for the process:
+    Dagster's own makes an engine and a connection for every event it stores (a run stores about 140), and
+    closing the file's last connection checkpoints it, which cost a CLI run about 1.5 CPU-s (docs/BENCHMARKS.md).
+    Other processes (the UI's) read and write the files as before: SQLite's WAL keeps them consistent."""
+
+    def __init__(self, base_dir: str, inst_data=None) -> None:
+        self._engines: dict[str, Engine] = {}
+        super().__init__(base_dir, inst_data)
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> "KeptConnectionsEventLog":
+        return cls(inst_data=inst_data, **config_value)  # Dagster's makes its own class, whatever the config names
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        with self._db_lock:
+            engine = self._engines.get(shard)
+            if engine is None:
+                engine = self._engines[shard] = create_engine(self.conn_string_for_shard(shard),
+                                                              connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def dispose(self) -> None:
+        super().dispose()
+        for engine in self._engines.values():
+            engine.dispose()
+        self._engines.clear()
 
 
 def dagster_instance(home: Home) -> dg.DagsterInstance:
     """The home's Dagster instance (where the CLI's runs are recorded, beside the daemon's), as its
-    dagster.yaml says but for the steps' captured output."""
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home(home)), overrides=_CLI_OVERRIDES))
+    dagster.yaml says but for the steps' captured output, and for its event log, kept connected, unless the
+    file names storage of its own (PostgreSQL, say)."""
+    folder = dagster_home(home)
+    overrides = dict(_CLI_OVERRIDES)
+    if not _STORAGE_KEYS & set(yaml.safe_load((folder / "dagster.yaml").read_text()) or {}):
+        overrides["event_log_storage"] = {"module": __name__, "class": KeptConnectionsEventLog.__name__,
+                                          "config": {"base_dir": str(folder / "history" / "runs")}}
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(folder), overrides=overrides))
 
 
 class CliDagster:
@@ -88,6 +133,12 @@ class CliDagster:
         self.home, self.views = home, tuple(views)
         self.defs = build_definitions(self.views, HomeResource.of(home, lock_wait_seconds))
         self.instance = dagster_instance(home)
+
+    def __enter__(self) -> "CliDagster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.instance.dispose()  # lets the event log's kept connections go
 
     def execute(self, job: str, tags: dict | None = None, run_config: dict | None = None,
                 selection: list[dg.AssetKey] | None = None) -> dg.ExecuteInProcessResult:
@@ -168,7 +219,8 @@ def run_through_dagster(home: Home, views: Sequence[View], now: datetime | None)
     try:
         # planning opens the store's writer, which refuses views the store does not hold before anything is written
         report = CliRun(plan(home, views, now))
-        _run_steps(CliDagster(home, views), report, now)
+        with CliDagster(home, views) as cli:
+            _run_steps(cli, report, now)
         report.seconds = time.perf_counter() - started
         return report
     except KeyboardInterrupt:
@@ -254,15 +306,15 @@ class CliRebuild:
 def rebuild_through_dagster(home: Home, views: Sequence[View], view: str) -> CliRebuild:
     """`inorder rebuild VIEW` as a run of the `rebuild_view` job on the instance: a materialisation of the
     view's asset, so its checks run after it (a failed blocking check fails the command)."""
-    cli = CliDagster(home, views)
-    result = cli.execute(REBUILD, run_config=REBUILD_CONFIG, selection=[dg.AssetKey(view)])
-    checks = {check: verdict for (_, check), verdict in check_verdicts(cli.instance, result.run_id).items()}
-    if not result.success:
-        failure = _step_failure(result)
-        failed = sorted(name for name, verdict in checks.items() if verdict == "failed")
-        raise _failure(result) if failure and failure.step_failure_data.error else \
-            RuntimeError(f"the rebuild's checks failed: {', '.join(failed)}")
-    return CliRebuild(result.run_id, cli.results(result.run_id, ProjectionStats, [view])[None], checks)
+    with CliDagster(home, views) as cli:
+        result = cli.execute(REBUILD, run_config=REBUILD_CONFIG, selection=[dg.AssetKey(view)])
+        checks = {check: verdict for (_, check), verdict in check_verdicts(cli.instance, result.run_id).items()}
+        if not result.success:
+            failure = _step_failure(result)
+            failed = sorted(name for name, verdict in checks.items() if verdict == "failed")
+            raise _failure(result) if failure and failure.step_failure_data.error else \
+                RuntimeError(f"the rebuild's checks failed: {', '.join(failed)}")
+        return CliRebuild(result.run_id, cli.results(result.run_id, ProjectionStats, [view])[None], checks)
 
 
 def _failure(result: dg.ExecuteInProcessResult) -> Exception:
@@ -285,8 +337,8 @@ def _run_written(home: Home, views: Sequence[View], job: str, run_config: dict,
                  selection: list[dg.AssetKey] | None = None, tags: dict | None = None) -> list[dg.AssetMaterialization]:
     """Run a writing command's job (at once refused, like the command, when another writer holds the
     store); the views it materialised, in order; its failure raised."""
-    cli = CliDagster(home, views, home.lock_wait_seconds)
-    result = cli.execute(job, tags, run_config=run_config, selection=selection)
+    with CliDagster(home, views, home.lock_wait_seconds) as cli:
+        result = cli.execute(job, tags, run_config=run_config, selection=selection)
     if not result.success:
         raise _failure(result)
     names = {view.name for view in views}
@@ -322,8 +374,8 @@ def reingest_through_dagster(home: Home, views: Sequence[View], batch_ids: Seque
 def remove_view_through_dagster(home: Home, view: str) -> RemovedView:
     """`inorder remove-view VIEW --yes` as a run of the `remove_view` job, which loads no view (the one
     removed may be gone from the modules already)."""
-    cli = CliDagster(home, (), home.lock_wait_seconds)
-    result = cli.execute(REMOVE_VIEW, run_config={"ops": {drop_view.name: {"config": {"view": view}}}})
+    with CliDagster(home, (), home.lock_wait_seconds) as cli:
+        result = cli.execute(REMOVE_VIEW, run_config={"ops": {drop_view.name: {"config": {"view": view}}}})
     if not result.success:
         raise _failure(result)
     (output,) = [e for e in result.all_events if e.is_successful_output]

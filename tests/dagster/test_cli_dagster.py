@@ -15,9 +15,12 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
 from assets.tags import CLI_HOME_TAG
 from inorder.cli import main
+from inorder.dagster_runs import KeptConnectionsEventLog, dagster_instance
+from pipelines.store.database import Home
 from pipelines.observe.checks import view_checks
 from assets.schedules import TICK_INTERVAL
 from tests.builders import dep, msg, opened
@@ -329,3 +332,28 @@ def test_a_tick_that_moves_some_views_checks_each_view_it_moved(spark, tmp_path,
         assert {(view, check) for view in moved for check in VIEW_CHECKS} <= checked, checked
         assert not {view for view, _ in checked} & {"orders", "order_items"}, checked
     assert "checks: " in said.out, said.out
+
+
+@dg.asset
+def _one_row() -> int:
+    return 1
+
+
+def test_the_clis_event_log_keeps_its_connections_in_the_files_the_ui_reads(tmp_path, monkeypatch):
+    """The CLI's instance stores events through kept connections, in the files a standard instance (the UI's)
+    reads and writes meanwhile; a dagster.yaml that names storage of its own is used as it is written."""
+    clean_os_environ(monkeypatch)
+    home = Home(tmp_path / "home")
+    cli = dagster_instance(home)
+    assert isinstance(cli.event_log_storage, KeptConnectionsEventLog)
+    with dg.DagsterInstance.from_config(str(home.root / "dagster")) as ui:
+        for writer, reader in ((cli, ui), (ui, cli), (cli, ui)):
+            run_id = dg.materialize([_one_row], instance=writer).run_id
+            assert reader.get_run_by_id(run_id).is_success
+            assert [e.dagster_event_type for e in reader.all_logs(run_id)] == \
+                   [e.dagster_event_type for e in writer.all_logs(run_id)]
+        assert len(ui.fetch_materializations(_one_row.key, limit=5).records) == 3
+    cli.dispose()
+    config = home.root / "dagster" / "dagster.yaml"
+    config.write_text(config.read_text() + f"storage:\n  sqlite:\n    base_dir: {home.root / 'dagster'}\n")
+    assert type(dagster_instance(home).event_log_storage) is SqliteEventLogStorage
