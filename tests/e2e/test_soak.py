@@ -1,6 +1,11 @@
 """The soak harness at a small size (the 500-batch soak runs from `./scripts/reliability.sh`)."""
 
+import pytest
+
 from tests.soak import soak
+
+# a sweep, run with the 500-batch soak by ./scripts/reliability.sh, not in CI (docs/TESTING.md says why)
+pytestmark = pytest.mark.long
 
 # The driver's resident memory (where the walk, the handlers' state and the commit live) may not grow
 # by more than this over the second half of 60 batches (over 15, one page-sized step of 1–2 MB between
