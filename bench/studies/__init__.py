@@ -5,6 +5,4 @@ them, with the code before it and after it side by side (docs/BENCHMARKS.md has 
   after the change as before?
 - `side_by_side` (with `side`, one checkout's side): is a wide pass (every stream with state) as fast,
   as lean by process role, and its store the same table by table, after the change as before?
-- `jvm_start`: does the class-data archive still cut a cold `inorder run` and a warm server's start, with the
-  Java and the Spark of the day?
 """
