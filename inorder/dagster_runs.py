@@ -120,8 +120,9 @@ def dagster_instance(home: Home) -> dg.DagsterInstance:
     folder = dagster_home(home)
     overrides = dict(_CLI_OVERRIDES)
     if not _STORAGE_KEYS & set(yaml.safe_load((folder / "dagster.yaml").read_text()) or {}):
+        dagsters = InstanceRef.config_defaults(str(folder))["event_log_storage"]  # where Dagster keeps its files
         overrides["event_log_storage"] = {"module": __name__, "class": KeptConnectionsEventLog.__name__,
-                                          "config": {"base_dir": str(folder / "history" / "runs")}}
+                                          "config": yaml.safe_load(dagsters.config_yaml)}
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(folder), overrides=overrides))
 
 

@@ -344,16 +344,15 @@ def test_the_clis_event_log_keeps_its_connections_in_the_files_the_ui_reads(tmp_
     reads and writes meanwhile; a dagster.yaml that names storage of its own is used as it is written."""
     clean_os_environ(monkeypatch)
     home = Home(tmp_path / "home")
-    cli = dagster_instance(home)
-    assert isinstance(cli.event_log_storage, KeptConnectionsEventLog)
-    with dg.DagsterInstance.from_config(str(home.root / "dagster")) as ui:
+    with dagster_instance(home) as cli, dg.DagsterInstance.from_config(str(home.root / "dagster")) as ui:
+        assert isinstance(cli.event_log_storage, KeptConnectionsEventLog)
         for writer, reader in ((cli, ui), (ui, cli), (cli, ui)):
             run_id = dg.materialize([_one_row], instance=writer).run_id
             assert reader.get_run_by_id(run_id).is_success
             assert [e.dagster_event_type for e in reader.all_logs(run_id)] == \
                    [e.dagster_event_type for e in writer.all_logs(run_id)]
         assert len(ui.fetch_materializations(_one_row.key, limit=5).records) == 3
-    cli.dispose()
     config = home.root / "dagster" / "dagster.yaml"
     config.write_text(config.read_text() + f"storage:\n  sqlite:\n    base_dir: {home.root / 'dagster'}\n")
-    assert type(dagster_instance(home).event_log_storage) is SqliteEventLogStorage
+    with dagster_instance(home) as standard:
+        assert type(standard.event_log_storage) is SqliteEventLogStorage
