@@ -22,6 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.message import Message
+from pipelines.records import arrow_columns
+
 RAW_LIMIT = 4096
 MAX_SEQ = (1 << 63) - 1
 MAX_DEPTH = 128  # objects and arrays nested inside each other, the record itself being level 1
@@ -29,12 +32,10 @@ MAX_ID_BYTES = 1024  # stream_id, stream_type, type and event_id are identifiers
 BOM = b"\xef\xbb\xbf"
 SUPPORTED_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
-MESSAGE_SCHEMA = pa.schema([
-    ("entry_idx", pa.int64()), ("batch_id", pa.string()), ("line", pa.int64()),
-    ("stream_id", pa.string()), ("stream_type", pa.string()), ("seq", pa.int64()),
-    ("event_type", pa.string()), ("payload", pa.string()), ("occurred_at", pa.string()),
-    ("event_id", pa.string()),
-])
+# the archive's columns: a message's (`Message`'s fields and types) and its stream id, in the order written here
+MESSAGE_SCHEMA = pa.schema([*arrow_columns(Message, ("entry_idx", "batch_id", "line")), ("stream_id", pa.string()),
+                            *arrow_columns(Message, ("stream_type", "seq", "event_type", "payload", "occurred_at",
+                                                     "event_id"))])
 _MESSAGE_FIELDS = pa.struct(list(MESSAGE_SCHEMA)[3:])  # what `normalise` returns, in its order
 
 

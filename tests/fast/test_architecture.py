@@ -176,6 +176,12 @@ def test_a_hand_listed_column_run_is_found():
         "parked BOOLEAN)\"\"\"", "message: parked) SELECT o.seq, o.line, x AS event_id'"]
 
 
+def test_the_archive_holds_every_field_of_a_message_and_its_stream_id():
+    from pipelines.engine.normalise import MESSAGE_SCHEMA
+
+    assert sorted(MESSAGE_SCHEMA.names) == sorted([*Message._fields, "stream_id"])
+
+
 def test_the_log_tables_hold_the_records_the_pass_writes_in_their_types():
     """inorder.errors and inorder.gaps are declared for the store and the Dagster assets (LogColumn, with what
     each column holds); the pass's error and gap records carry the same columns in the same types."""
