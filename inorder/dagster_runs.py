@@ -120,9 +120,9 @@ def dagster_instance(home: Home) -> dg.DagsterInstance:
     folder = dagster_home(home)
     overrides = dict(_CLI_OVERRIDES)
     if not _STORAGE_KEYS & set(yaml.safe_load((folder / "dagster.yaml").read_text()) or {}):
-        dagsters = InstanceRef.config_defaults(str(folder))["event_log_storage"]  # where Dagster keeps its files
+        default = InstanceRef.config_defaults(str(folder))["event_log_storage"]  # where Dagster keeps its files
         overrides["event_log_storage"] = {"module": __name__, "class": KeptConnectionsEventLog.__name__,
-                                          "config": yaml.safe_load(dagsters.config_yaml)}
+                                          "config": default.config_dict}
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(folder), overrides=overrides))
 
 
