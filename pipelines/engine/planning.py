@@ -24,7 +24,7 @@ from pipelines.config import DEFAULT_MAX_PAIRS, DEFAULT_MAX_RECORDS, Settings
 from pipelines.engine.order import PassEntry
 from pipelines.engine.outcomes import OPERATOR_KINDS, EntryKind
 from pipelines.store.database import Store, us_from_utc
-from pipelines.store.layout import LIVE, Layout, uncommitted
+from pipelines.store.layout import LIVE, Layout, table_columns, uncommitted
 from pipelines.view import View
 
 SKETCH_SIZE = 256  # hashes kept per sketch: estimates within about 1/sqrt(256) = 6 %
@@ -158,8 +158,7 @@ def plan_passes(store: Store, views: Iterable[View], bounds: PassBounds | None =
     rows = _uncommitted(store, [v.name for v in views], layout)
     sketches: dict[int, dict[str, StreamSketch]] = {}
     # a store made before ingest_streams, opened read-only (the tick schedule's plan) has no such table
-    recorded = store.con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'inorder' "
-                                 "AND table_name = 'ingest_streams'").fetchone()[0]
+    recorded = table_columns(store.con, "inorder", "ingest_streams")
     batch_streams = store.con.execute(
         "SELECT entry_idx, stream_type, streams, sketch FROM inorder.ingest_streams WHERE list_contains(?, entry_idx)",
         [[r[0] for r in rows if r[2] == EntryKind.BATCH]]).fetchall() if recorded else []

@@ -30,7 +30,7 @@ from typing import Any, Callable, Literal, NamedTuple, Sequence
 import duckdb
 
 from pipelines.events import TypedHandler
-from pipelines.store.layout import LIVE, STATE_TABLES, Layout, drop_primary_key, transaction
+from pipelines.store.layout import LIVE, STATE_TABLES, Layout, drop_primary_key, table_columns, transaction
 from pipelines.view import Table, View, check_identifier
 
 Change = Literal["new", "same", "code", "tables", "migration"]
@@ -252,9 +252,7 @@ def _physical(con: duckdb.DuckDBPyConnection, layout: Layout, tables: Sequence[T
     has tables but no record yet (a store made before versions were recorded); None when it has none."""
     found = []
     for t in tables:
-        columns = con.execute(
-            "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = ? AND table_name = ? "
-            "ORDER BY column_index", [layout.tables, t.name]).fetchall()
+        columns = table_columns(con, layout.tables, t.name).items()
         if columns:
             found.append({"name": t.name, "kind": t.kind, "columns": [[c, _DUCKDB_TYPES.get(ty, ty)]
                                                                        for c, ty in columns],
@@ -332,8 +330,7 @@ class StoredView(NamedTuple):
 def stored_views(con: duckdb.DuckDBPyConnection, layout: Layout = LIVE) -> dict[str, StoredView]:
     """The views the store holds, by name, in name order (none in a new store). Read before the engine's DDL
     runs, so a store made before a column was added is read without it."""
-    columns = {c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND "
-                                         "table_name = 'view_versions'", [layout.state]).fetchall()}
+    columns = table_columns(con, layout.state, "view_versions")
     module = "module" if "module" in columns else "NULL"
     rows = con.execute(f"SELECT view, tables, {module} FROM {layout.state}.view_versions ORDER BY view"
                        ).fetchall() if columns else []
@@ -418,8 +415,7 @@ def _or_else(first: str, otherwise: str) -> str:
 
 def read_versions(con: duckdb.DuckDBPyConnection, views: Sequence[View], layout: Layout = LIVE
                   ) -> dict[str, ViewVersion]:
-    recorded = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = "
-                           "'view_versions'", [layout.state]).fetchone()[0]  # not in a store no writer opened since
+    recorded = table_columns(con, layout.state, "view_versions")  # none in a store no writer opened since
     rows = {r[0]: r[1:] for r in con.execute(
         f"SELECT view, {_ROW} FROM {layout.state}.view_versions").fetchall()} if recorded else {}
     return {v.name: compare(v, rows.get(v.name)) for v in views}
@@ -551,9 +547,7 @@ def keep_newest_rows(con: duckdb.DuckDBPyConnection, table: Table, layout: Layou
     migration added some): in one transaction, from the table's whole history, once; a pass then keeps
     it up to date in its commit, so loading a stream's newest row never reads that history again."""
     name = layout.newest_rows(table.name)
-    have = [c for (c,) in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ? ORDER BY column_index",
-        [layout.state, f"{table.name}:newest"]).fetchall()]
+    have = list(table_columns(con, layout.state, f"{table.name}:newest"))
     if have == list(table.columns):
         return
     declared = ", ".join(f'"{c}" {t}' for c, t in table.sql_types.items())
