@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pipelines.observe.expectations import SUITE_HEADER, suite_markdown, validate_suite
 from tests.expectations_reference import validate_view, validate_view_on_pandas
+from tests.profiles import examples
 from pipelines.registry import load_views
 from pipelines.view import Column, Expectation, SqlType, Table, View, between, in_set, not_null, unique
 
@@ -307,7 +308,7 @@ def tables_and_rules(draw):
     return types, rows, rules
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables_and_rules())
 def test_random_tables_agree_with_gx_on_pandas(case):
     types, rows, rules = case
@@ -337,7 +338,7 @@ def declared_rules(draw) -> Expectation:
                        value_set=tuple(draw(st.lists(SET_VALUES, max_size=4))))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(declared_rules())
 def test_rules_configured_without_gx_are_configured_as_gx_does(e):
     """The check imports GX only for rules `declared_config` leaves to it: for every other rule, the type
