@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# the `long` tests (cluster, benchmark suite) run in scripts/reliability.sh, keeping CI under 20 minutes;
+# the `long` tests (cluster, benchmark suite, soak) run in scripts/reliability.sh, not here;
 # the `ci` Hypothesis profile: derandomized, 500 examples for the fast model tests; `--fast` draws the `fast`
 # profile's fifth of the examples, new ones every run (tests/profiles.py)
 profile=ci

@@ -2,8 +2,9 @@
 
 They set how many examples the tests draw that do not fix their own number: the fast model tests
 (tests/fast/test_model_vs_replay.py). `./scripts/test.sh --fast` runs under `fast`, and `make mutation` each
-mutant under `mutation`, where the property tests that do fix theirs draw a fifth and a tenth (`examples`). The engine's model properties through Spark
-(`spark_examples`) draw half their number in CI and five times it nightly."""
+mutant under `mutation`, where the property tests that do fix theirs draw a fifth and a tenth (`examples`).
+The engine's model properties through Spark (`spark_examples`) draw half their number in CI and five times
+it nightly."""
 
 from __future__ import annotations
 
