@@ -8,7 +8,7 @@ from typing import NamedTuple, Sequence
 
 import duckdb
 
-from pipelines.store.layout import Layout
+from pipelines.store.layout import Layout, table_columns
 from pipelines.observe.markdown import markdown_table
 from pipelines.records import select
 from pipelines.serve.publish import Positions
@@ -116,14 +116,9 @@ def read_status(con: duckdb.DuckDBPyConnection, views: Sequence[View]) -> StoreS
             "FROM (SELECT arg_max(error_class, error_id) AS error_class FROM inorder.errors "
             "WHERE view = ? AND kind = 'handler_error' GROUP BY stream_id, seq)", [view.name]).fetchone()
         s.rows = {t.name: con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in view.tables
-                  if not s.version.refused or _exists(con, t.name)}
+                  if not s.version.refused or table_columns(con, "main", t.name)}
         status.views.append(s)
     return status
-
-
-def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    return con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
-                       [table]).fetchone()[0] > 0
 
 
 def version_line(version: ViewVersion) -> str:
